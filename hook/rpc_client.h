@@ -1,0 +1,100 @@
+/* rpc_client: the shim's gRPC client for gslice.v1.ClientService.
+ *
+ * h2c (HTTP/2 with prior knowledge, libnghttp2) over tokend's unix socket,
+ * protobuf by nanopb. One connection per process, owned by one I/O thread;
+ * callers from any thread submit a unary call and block on its reply, so
+ * the nghttp2 session is never touched concurrently. The I/O thread also
+ * holds the Control stream open and delivers its events through callbacks.
+ *
+ * Lifecycle: gs_rpc_start() connects and attaches in the background. If
+ * the connection breaks (daemon restart), the I/O thread reconnects with
+ * backoff (10 ms doubling to 1 s), re-attaches declaring
+ * cfg.reserved_bytes(), reopens Control, and calls cfg.on_reconnected
+ * (the client id changed and any token is gone). After fork(), the child
+ * calls gs_rpc_after_fork_child(): it drops the parent's connection
+ * (without closing the parent's streams' state) and starts its own.
+ *
+ * Nothing here is on the kernel-launch fast path. */
+#ifndef GSLICE_RPC_CLIENT_H
+#define GSLICE_RPC_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Results: 0 OK; > 0 a gRPC status code from the daemon (e.g. 5 NOT_FOUND,
+ * 4 DEADLINE_EXCEEDED, 9 FAILED_PRECONDITION, 16 UNAUTHENTICATED);
+ * < 0 a transport failure below. gs_rpc_last_error() gives the message
+ * (grpc-message or the transport reason) of the calling thread's last call. */
+enum {
+    GS_RPC_OK = 0,
+    GS_RPC_UNAVAILABLE = -1,   /* not connected / attached (yet or any more) */
+    GS_RPC_TIMEOUT = -2,       /* no reply within the call's wait */
+    GS_RPC_PROTOCOL = -3,      /* malformed reply */
+};
+
+typedef struct gs_attach_info {
+    char client_id[64];
+    char group[128];
+    char gpu_uuid[96];
+    uint64_t memory_quota;
+    uint64_t memory_used;
+    uint64_t physical_memory;
+    uint32_t quantum_min_us;
+    uint32_t quantum_max_us;
+    uint32_t grace_us;
+    int priority;
+} gs_attach_info;
+
+typedef struct gs_rpc_config {
+    const char *socket_path;   /* tokend's client.sock */
+    const char *group;
+    const char *secret;
+    const char *gpu_uuid;      /* may be "" */
+    const char *process_name;
+    /* Callbacks run on the I/O thread; keep them short and never call back
+     * into gs_rpc_* from them. Any may be NULL. */
+    void (*on_revoke)(void *ctx, uint64_t token_id, const char *reason);
+    void (*on_quota_changed)(void *ctx, uint64_t memory_quota);
+    void (*on_attached)(void *ctx, const gs_attach_info *info, bool reconnect);
+    void (*on_disconnected)(void *ctx);
+    uint64_t (*reserved_bytes)(void *ctx);  /* re-declared at every (re)attach */
+    void *ctx;
+} gs_rpc_config;
+
+typedef struct gs_rpc gs_rpc;
+
+/* Copies cfg (strings included) and starts the I/O thread. Never blocks on
+ * the daemon. Returns NULL only when out of memory or threads. */
+gs_rpc *gs_rpc_start(const gs_rpc_config *cfg);
+/* Waits until attached (true) or timeout_ms passes (false). */
+bool gs_rpc_wait_attached(gs_rpc *rpc, int timeout_ms, gs_attach_info *out);
+
+/* Unary calls; each waits at most wait_ms for its reply (AcquireToken's
+ * own server-side timeout is timeout_ms; wait_ms should exceed it). */
+int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms,
+                   uint64_t *token_id, uint32_t *quantum_us);
+int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us,
+                   uint64_t overrun_us, bool idle, int wait_ms);
+int gs_rpc_reserve(gs_rpc *rpc, uint64_t bytes, int wait_ms,
+                   bool *granted, uint64_t *used, uint64_t *quota);
+int gs_rpc_release_memory(gs_rpc *rpc, uint64_t bytes, int wait_ms,
+                          uint64_t *used, uint64_t *quota);
+int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms,
+                       uint64_t *quota, uint64_t *used, uint64_t *total);
+
+const char *gs_rpc_last_error(void);
+
+/* In the child after fork(): forget the parent's connection and thread,
+ * start a fresh one (a new client of the same group). */
+void gs_rpc_after_fork_child(gs_rpc *rpc);
+/* Detach cleanly and stop the I/O thread (process exit). */
+void gs_rpc_stop(gs_rpc *rpc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,52 @@
+# Sourced by scripts/test and scripts/demo: installs what gslice needs on a
+# fresh Debian/Ubuntu machine, then (re)builds the native parts.
+#   apt: a C compiler, libnghttp2 (HTTP/2 for the shim's gRPC client) and
+#        nanopb's runtime (protobuf in C); only what is missing, via sudo
+#        when not root.
+#   .venv: the package in editable mode with its test extras.
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+GSLICE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$GSLICE_ROOT"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+apt_packages=(gcc libc6-dev pkg-config libnghttp2-dev libnanopb-dev)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then missing+=(python3-venv); fi
+if ! "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  missing+=(python3-dev)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null; then
+    log "missing ${missing[*]} and no apt-get: install them with your package manager"; exit 1
+  fi
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+VENV="$GSLICE_ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.gslice-installed"
+want=$(sha256sum pyproject.toml setup.py | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  log "installing gslice and its dependencies into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  # Build requirements first, so the editable install needs no isolated env.
+  "$VENV/bin/python" -m pip install -q "setuptools>=68,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" "nanopb==0.4.7"
+  "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[test]"
+  echo "$want" >"$stamp"
+fi
+# Always rebuild the native parts: quick, and never stale after a pull.
+"$VENV/bin/python" tools/build_native.py all
+export PATH="$VENV/bin:$PATH"

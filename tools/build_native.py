@@ -1,0 +1,104 @@
+"""Build gslice's generated and native parts in place.
+
+Everything here is derived from files in the repository, so a clean
+checkout rebuilds bit-for-bit the same outputs:
+
+  proto    proto/gslice/v1/*.proto -> python/gslice/v1/*_pb2*.py (grpcio-tools)
+           proto/gslice/v1/client.proto -> build/native/nanopb/*.pb.[ch] (nanopb, for the shim)
+  simgpu   simgpu/*.c -> python/gslice/simgpu/libcuda.so.1, libnvidia-ml.so.1
+  hook     hook/*.c -> python/gslice/lib/libgslice.so (+ gslice._shim_api, the tests' handle)
+
+`setup.py` runs all of it on install; developers rebuild one part with
+`python tools/build_native.py hook` (or proto, simgpu, all).
+"""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_DIR = ROOT / "proto"
+PROTO_FILES = ["gslice/v1/common.proto", "gslice/v1/client.proto", "gslice/v1/admin.proto"]
+# The shim speaks only the client service; admin.proto uses proto3 `optional`.
+NANOPB_FILES = ["gslice/v1/common.proto", "gslice/v1/client.proto"]
+PYTHON_ROOT = ROOT / "python"
+PACKAGE_DIR = PYTHON_ROOT / "gslice"
+WORK_DIR = ROOT / "build" / "native"
+NANOPB_DIR = WORK_DIR / "nanopb"
+
+
+def build_proto() -> None:
+    from grpc_tools import protoc  # build-time dependency
+    import grpc_tools
+
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    args = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_DIR}",
+        f"-I{include}",
+        f"--python_out={PYTHON_ROOT}",
+        f"--pyi_out={PYTHON_ROOT}",
+        f"--grpc_python_out={PYTHON_ROOT}",
+        *[str(PROTO_DIR / f) for f in PROTO_FILES],
+    ]
+    if protoc.main(args) != 0:
+        raise RuntimeError(f"protoc failed on {PROTO_FILES}")
+    (PACKAGE_DIR / "v1" / "__init__.py").write_text(
+        '"""Generated gRPC/protobuf code for the gslice.v1 contract (see proto/)."""\n'
+    )
+
+    NANOPB_DIR.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-W", "ignore", "-c",
+        "from nanopb.generator.nanopb_generator import main_cli; main_cli()",
+        "-q", f"-I{PROTO_DIR}", "-D", str(NANOPB_DIR),
+        "-f", str(PROTO_DIR / "gslice/v1/client.options"),
+        *NANOPB_FILES,
+    ]
+    subprocess.run(cmd, check=True, cwd=PROTO_DIR)
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_gslice_build_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_simgpu() -> None:
+    _load(ROOT / "simgpu" / "build.py").build(out_dir=PACKAGE_DIR / "simgpu", work_dir=WORK_DIR / "simgpu")
+
+
+def build_hook() -> None:
+    if not (NANOPB_DIR / "gslice/v1/client.pb.c").exists():
+        build_proto()
+    _load(ROOT / "hook" / "build.py").build(
+        package_dir=PACKAGE_DIR, nanopb_dir=NANOPB_DIR, work_dir=WORK_DIR / "hook"
+    )
+
+
+TARGETS = {"proto": build_proto, "simgpu": build_simgpu, "hook": build_hook}
+
+
+def build_all() -> None:
+    for step in TARGETS.values():
+        step()
+
+
+def main(argv: list[str]) -> int:
+    names = argv or ["all"]
+    for name in names:
+        if name == "all":
+            build_all()
+        elif name in TARGETS:
+            TARGETS[name]()
+        else:
+            print(f"unknown target {name!r}; expected one of: all, {', '.join(TARGETS)}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
