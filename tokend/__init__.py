@@ -1,0 +1,1 @@
+"""gslice token daemon (tokend): one per GPU; hands out time-slice tokens and keeps the memory ledger."""

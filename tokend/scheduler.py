@@ -1,0 +1,752 @@
+"""The token scheduler: every rule deciding who holds the GPU, and for how long.
+
+Theory of operation
+-------------------
+Sans-I/O, in the style of h11's ``_state.py``: events go in (``attach``,
+``request``, ``release``, ``advance`` ...), each with the current time
+``now`` (float seconds, monotonic); decisions come out as a list of
+``Grant`` / ``Revoke`` / ``Expire``. No clocks, sockets, threads, logging or
+randomness live here, so every rule is testable with plain floats. Time never
+goes backwards: a ``now`` earlier than the latest one seen is clamped to it.
+
+One token per GPU. Its holder may launch work for ``quantum`` seconds.
+
+Accounting. Each group keeps the intervals its clients were charged for; a
+group's *usage* is the charged time inside the sliding window
+``(now - window, now]``, the current holder's time counting as it accrues
+(up to its deadline, past which an expiry charges no more); *share* =
+usage / window. A release charges ``max(now - grant, used)`` as
+the interval ending at ``now``; an expiry charges ``quantum + grace``.
+Intervals of one group never overlap: a charge reaching back before the
+group's previous interval keeps the excess as a point charge at its end.
+Intervals that left the window are dropped, so memory is bounded by the
+window, not by uptime.
+
+Choice. When the token is free, among waiting clients whose group is
+*eligible* (below its limit, see below), serve the smallest
+``(tier, -priority, tier metric, wait sequence)`` where tier 0 = groups
+below their request (metric: usage - request*window, i.e. largest shortfall
+first) and tier 1 = the rest (metric: usage, least first). Within a group,
+FIFO by wait start. Guarantees come before priority classes; the class
+orders groups within a tier.
+
+Limit. A group with limit >= 1 is never capped. Otherwise its *room* is
+``limit*window - usage``; it is eligible only while room is at least the
+quantum its head-of-line client would get (its adapted quantum, or the whole
+cap if that is smaller). A capped group waits for room even if the GPU idles
+(limit is a cap); waiting for a full quantum rather than for
+``quantum_min`` keeps a capped group from being fed a stream of tiny
+slices. Otherwise the core is work-conserving: every event that frees the
+token grants it at once if anyone eligible waits.
+
+Quantum. Each client starts at ``quantum_max`` (a new client is assumed
+busy; it shrinks within a few slices if not). An idle release moves it half
+way toward what the slice really used (0.5 x used + 0.5 x previous, as
+Gemini does); a release that used at least 90% of the granted quantum
+doubles it; other releases (preempted, synchronised early) keep it. Always
+clamped to ``[quantum_min, quantum_max]``, and a grant never exceeds the
+group's room. One exception: a group above its request (tier 1) gets only
+``quantum_min`` while another group below its request is active (waiting,
+or active within the last ``quantum_max``). With one busy client per group
+the token merely alternates between groups, so slice length is the only
+lever that keeps a 30/70 split from becoming 50/50. Quanta are otherwise
+not shortened when others wait: preemption by class is the latency tool.
+
+Preemption. A waiting client preempts the holder when it would be served
+before the holder's group under the key above (so its tier is no worse than
+the holder group's tier now) and its priority class is strictly higher.
+Then ``Revoke`` is emitted once per token; the holder keeps the token until
+it releases or its token expires. Equal classes never preempt.
+
+Expiry. A token not released within ``quantum + grace`` of its grant is
+taken back by the first event or ``advance`` at or after that deadline:
+``Expire`` is emitted, ``quantum + grace`` charged and the token granted
+on. A later release of that token is refused (FailedPrecondition). A
+release of that token arriving before any call observed the deadline is
+still accepted, charging the whole time held.
+
+Time-driven decisions (expiry, room or tiers changing as the window slides)
+are made by whichever call comes next; the adapter calls ``advance(now)`` at
+``next_wakeup()`` so none is late. Every call validates its input before
+changing anything: a refused call leaves the state untouched and emits
+nothing.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Union
+
+from .errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    RequestSumExceeded,
+)
+
+# Slack when comparing sums of shares and room against thresholds: float
+# round-off must neither refuse a valid configuration nor make a wakeup
+# time decide nothing (which would make the adapter spin).
+REQUEST_SUM_EPSILON = 1e-9
+_TIME_EPSILON = 1e-7
+# A quantum that used at least this fraction of its grant counts as "used
+# the whole quantum" (the shim's clock and the daemon's differ slightly).
+_FULL_USE_FRACTION = 0.9
+
+_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+class Priority(enum.IntEnum):
+    """Priority class of a group (same numbers as the proto enum)."""
+
+    LOW = 1
+    NORMAL = 2
+    HIGH = 3
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fmt(value: float) -> str:
+    """Two decimals where that is exact enough, else enough digits to show the difference."""
+    if abs(round(value, 2) - value) < 1e-9:
+        return f"{value:.2f}"
+    return f"{value:.6g}"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    request: float  # guaranteed fraction of GPU time, 0 < request <= limit
+    limit: float  # cap, limit <= 1
+    memory_quota: int  # bytes, > 0
+    priority: Priority = Priority.NORMAL
+
+    def validate(self) -> None:
+        if not isinstance(self.name, str) or not _GROUP_NAME.fullmatch(self.name):
+            raise InvalidArgument(
+                f"group name {self.name!r} is invalid: expected 1 to 63 characters "
+                "of [A-Za-z0-9._-] starting with a letter or digit"
+            )
+        if not _is_real(self.request) or not math.isfinite(self.request) or not 0 < self.request <= 1:
+            raise InvalidArgument(
+                f"request {self.request!r} for group {self.name!r} is out of range: "
+                "expected 0 < request <= 1"
+            )
+        if not _is_real(self.limit) or not math.isfinite(self.limit) or not self.request <= self.limit <= 1:
+            raise InvalidArgument(
+                f"limit {self.limit!r} for group {self.name!r} is out of range: "
+                f"expected request ({self.request}) <= limit <= 1"
+            )
+        if not isinstance(self.memory_quota, int) or isinstance(self.memory_quota, bool) or self.memory_quota <= 0:
+            raise InvalidArgument(
+                f"memory quota {self.memory_quota!r} for group {self.name!r} is invalid: "
+                "expected a whole number of bytes > 0"
+            )
+        try:
+            Priority(self.priority)
+        except ValueError:
+            raise InvalidArgument(
+                f"priority {self.priority!r} for group {self.name!r} is invalid: "
+                "expected LOW (1), NORMAL (2) or HIGH (3)"
+            ) from None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    window: float = 10.0  # sliding accounting window, seconds
+    quantum_min: float = 0.005
+    quantum_max: float = 0.100
+    grace: float = 0.200  # token taken back after quantum + grace without release
+
+    def validate(self) -> None:
+        for field_name in ("window", "quantum_min", "quantum_max", "grace"):
+            value = getattr(self, field_name)
+            if not _is_real(value) or not math.isfinite(value):
+                raise InvalidArgument(f"{field_name} {value!r} is invalid: expected a finite number of seconds")
+        if self.window <= 0:
+            raise InvalidArgument(f"window {self.window} s is invalid: expected > 0")
+        if not 0 < self.quantum_min <= self.quantum_max:
+            raise InvalidArgument(
+                f"quanta {self.quantum_min} s .. {self.quantum_max} s are invalid: "
+                "expected 0 < quantum_min <= quantum_max"
+            )
+        if self.quantum_max > self.window:
+            raise InvalidArgument(
+                f"quantum_max {self.quantum_max} s is invalid: expected <= window ({self.window} s)"
+            )
+        if self.grace < 0:
+            raise InvalidArgument(f"grace {self.grace} s is invalid: expected >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Complete this client's pending acquire: it holds token_id for quantum seconds."""
+
+    client_id: str
+    token_id: int
+    quantum: float
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke:
+    """Ask the holder to give token_id back at its next launch; it stays held until then."""
+
+    client_id: str
+    token_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """token_id was taken back (quantum + grace passed); `charged` seconds were charged."""
+
+    client_id: str
+    token_id: int
+    charged: float
+
+
+Decision = Union[Grant, Revoke, Expire]
+
+
+class _Group:
+    __slots__ = (
+        "spec", "name", "request_usage", "capped", "cap", "priority",
+        "intervals", "charged", "waiters", "clients", "last_active",
+    )
+
+    def __init__(self, spec: GroupSpec, window: float) -> None:
+        # intervals: [start, end, point_charge] lists, sorted and disjoint;
+        # `charged` is their total (lengths plus point charges).
+        self.intervals: deque[list[float]] = deque()
+        self.charged = 0.0
+        self.waiters: dict[str, int] = {}  # client id -> wait sequence, FIFO order
+        self.clients: set[str] = set()
+        self.last_active = -math.inf  # latest request, release or charge end
+        self.set_spec(spec, window)
+
+    def set_spec(self, spec: GroupSpec, window: float) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.request_usage = spec.request * window
+        self.capped = spec.limit < 1.0
+        self.cap = spec.limit * window
+        self.priority = int(spec.priority)
+
+
+class _Client:
+    __slots__ = ("client_id", "group", "quantum")
+
+    def __init__(self, client_id: str, group: _Group, quantum: float) -> None:
+        self.client_id = client_id
+        self.group = group
+        self.quantum = quantum
+
+
+class _Holding:
+    __slots__ = ("client", "token_id", "grant_time", "quantum", "deadline", "revoked")
+
+    def __init__(self, client: _Client, token_id: int, grant_time: float, quantum: float, grace: float) -> None:
+        self.client = client
+        self.token_id = token_id
+        self.grant_time = grant_time
+        self.quantum = quantum
+        self.deadline = grant_time + quantum + grace
+        self.revoked = False
+
+
+class Scheduler:
+    """Decides token grants, revocations and expiries for one GPU (see module docstring).
+
+    Statistics: ``decisions`` (total decisions emitted), and per group
+    ``tokens_granted``, ``preemptions`` (Revokes sent to its holders) and
+    ``expiries`` (its tokens taken back); a group's entries go with it.
+    """
+
+    def __init__(self, config: SchedulerConfig = SchedulerConfig()) -> None:
+        config.validate()
+        self.config = config
+        self._window = float(config.window)
+        self._groups: dict[str, _Group] = {}
+        self._clients: dict[str, _Client] = {}
+        self._waiting_groups: dict[_Group, None] = {}  # groups with waiters, ordered set
+        self._holding: _Holding | None = None
+        self._next_token = 1
+        self._wait_sequence = 0
+        self._now = -math.inf
+        self.decisions = 0
+        self.tokens_granted: dict[str, int] = {}
+        self.preemptions: dict[str, int] = {}
+        self.expiries: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ time
+
+    def _clock(self, now: float) -> float:
+        if now.__class__ is float and self._now <= now < math.inf:
+            self._now = now  # the common case, kept cheap
+            return now
+        if not _is_real(now) or math.isnan(now) or math.isinf(now):
+            raise InvalidArgument(f"time {now!r} is invalid: expected finite seconds")
+        if now < self._now:
+            return self._now  # never backwards: clamp to the latest time seen
+        self._now = now
+        return now
+
+    # ---------------------------------------------------------------- groups
+
+    def _check_group_spec(self, spec: GroupSpec, replacing: str | None) -> GroupSpec:
+        if not isinstance(spec, GroupSpec):
+            raise InvalidArgument(f"group spec {spec!r} is invalid: expected a GroupSpec")
+        spec.validate()
+        spec = replace(spec, priority=Priority(spec.priority))
+        if spec.limit * self._window < self.config.quantum_min:
+            raise InvalidArgument(
+                f"limit {spec.limit} for group {spec.name!r} allows {spec.limit * self._window:g} s per "
+                f"{self._window:g} s window, less than one minimal quantum ({self.config.quantum_min:g} s): "
+                f"expected limit >= {self.config.quantum_min / self._window:g}"
+            )
+        requests = {name: group.spec.request for name, group in self._groups.items() if name != replacing}
+        requests[spec.name] = spec.request
+        total = sum(requests.values())
+        if total > 1.0 + REQUEST_SUM_EPSILON:
+            listed = ", ".join(f"{name}={_fmt(value)}" for name, value in sorted(requests.items()))
+            raise RequestSumExceeded(f"requests would sum to {_fmt(total)} > 1.0 ({listed})")
+        return spec
+
+    def add_group(self, spec: GroupSpec, now: float) -> list[Decision]:
+        if isinstance(spec, GroupSpec) and spec.name in self._groups:
+            raise AlreadyExists(f"group {spec.name!r} already exists: choose another name or update it")
+        spec = self._check_group_spec(spec, replacing=None)
+        now = self._clock(now)
+        self._groups[spec.name] = _Group(spec, self._window)
+        self.tokens_granted[spec.name] = 0
+        self.preemptions[spec.name] = 0
+        self.expiries[spec.name] = 0
+        return self._step(now, [])
+
+    def update_group(self, spec: GroupSpec, now: float) -> list[Decision]:
+        group = self._group(spec.name if isinstance(spec, GroupSpec) else spec)
+        spec = self._check_group_spec(spec, replacing=group.name)
+        now = self._clock(now)
+        group.set_spec(spec, self._window)
+        return self._step(now, [])
+
+    def remove_group(self, name: str, now: float) -> list[Decision]:
+        group = self._group(name)
+        if group.clients:
+            raise FailedPrecondition(
+                f"group {name!r} still has {len(group.clients)} attached client(s) "
+                f"({', '.join(sorted(group.clients)[:5])}): detach them first"
+            )
+        now = self._clock(now)
+        del self._groups[name]
+        self._waiting_groups.pop(group, None)
+        del self.tokens_granted[name], self.preemptions[name], self.expiries[name]
+        return self._step(now, [])
+
+    def groups(self) -> list[GroupSpec]:
+        return [self._groups[name].spec for name in sorted(self._groups)]
+
+    def group(self, name: str) -> GroupSpec:
+        return self._group(name).spec
+
+    def _group(self, name: str) -> _Group:
+        group = self._groups.get(name)
+        if group is None:
+            raise NotFound(f"group {name!r} does not exist (known: {', '.join(sorted(self._groups)) or 'none'})")
+        return group
+
+    # --------------------------------------------------------------- clients
+
+    def _client(self, client_id: str) -> _Client:
+        client = self._clients.get(client_id)
+        if client is None:
+            raise NotFound(f"client {client_id!r} is not attached: attach it first")
+        return client
+
+    def attach(self, client_id: str, group: str, now: float) -> list[Decision]:
+        target = self._group(group)
+        if not isinstance(client_id, str) or not client_id:
+            raise InvalidArgument(f"client id {client_id!r} is invalid: expected a non-empty string")
+        if client_id in self._clients:
+            raise AlreadyExists(f"client {client_id!r} is already attached (group {self._clients[client_id].group.name!r})")
+        now = self._clock(now)
+        self._clients[client_id] = _Client(client_id, target, float(self.config.quantum_max))
+        target.clients.add(client_id)
+        return self._step(now, [])
+
+    def detach(self, client_id: str, now: float) -> list[Decision]:
+        client = self._client(client_id)
+        now = self._clock(now)
+        group = client.group
+        holding = self._holding
+        if holding is not None and holding.client is client:
+            self._charge(group, now, now - holding.grant_time)
+            self._holding = None
+        self._stop_waiting(client)
+        group.clients.discard(client_id)
+        del self._clients[client_id]
+        return self._step(now, [])
+
+    def request(self, client_id: str, now: float) -> list[Decision]:
+        client = self._client(client_id)
+        holding = self._holding
+        if holding is not None and holding.client is client:
+            raise FailedPrecondition(
+                f"client {client_id!r} already holds token {holding.token_id}: release it before requesting again"
+            )
+        now = self._clock(now)
+        group = client.group
+        if client_id not in group.waiters:
+            self._wait_sequence += 1
+            group.waiters[client_id] = self._wait_sequence
+            self._waiting_groups[group] = None
+        group.last_active = now
+        return self._step(now, [])
+
+    def cancel(self, client_id: str, now: float) -> list[Decision]:
+        client = self._client(client_id)
+        now = self._clock(now)
+        self._stop_waiting(client)
+        return self._step(now, [])
+
+    def _stop_waiting(self, client: _Client) -> None:
+        group = client.group
+        if group.waiters.pop(client.client_id, None) is not None and not group.waiters:
+            del self._waiting_groups[group]
+
+    def release(self, client_id: str, token_id: int, used: float, now: float, idle: bool = False) -> list[Decision]:
+        client = self._client(client_id)
+        if not (used.__class__ is float and 0.0 <= used < math.inf) and (
+                not _is_real(used) or not math.isfinite(used) or used < 0):
+            raise InvalidArgument(f"used time {used!r} s is invalid: expected a finite number >= 0")
+        holding = self._holding
+        if holding is None or holding.client is not client or holding.token_id != token_id:
+            if holding is not None and holding.client is client:
+                held = f"it holds token {holding.token_id}"
+            else:
+                held = "it holds no token"
+            raise FailedPrecondition(
+                f"client {client_id!r} does not hold token {token_id!r} ({held}): "
+                "already released, or taken back after quantum + grace"
+            )
+        now = self._clock(now)
+        charged = max(now - holding.grant_time, float(used))
+        self._charge(client.group, now, charged)
+        self._holding = None
+        self._adapt_quantum(client, holding, charged, float(used), idle)
+        return self._step(now, [])
+
+    def _adapt_quantum(self, client: _Client, holding: _Holding, charged: float, used: float, idle: bool) -> None:
+        config = self.config
+        if idle:
+            quantum = 0.5 * client.quantum + 0.5 * used
+        elif not holding.revoked and charged >= _FULL_USE_FRACTION * holding.quantum:
+            quantum = 2.0 * client.quantum
+        else:
+            return
+        client.quantum = min(config.quantum_max, max(config.quantum_min, quantum))
+
+    def advance(self, now: float) -> list[Decision]:
+        return self._step(self._clock(now), [])
+
+    # ------------------------------------------------------------ accounting
+
+    def _charge(self, group: _Group, end: float, amount: float) -> None:
+        """Charge `amount` seconds as the interval ending at `end`."""
+        if end > group.last_active:
+            group.last_active = end
+        if amount <= 0.0:
+            return
+        intervals = group.intervals
+        start = end - amount
+        point = 0.0
+        if intervals and start < intervals[-1][1]:
+            # Reaches back over the group's previous interval: keep intervals
+            # disjoint and hold the excess as a point charge at `end`.
+            start = intervals[-1][1]
+            point = amount - (end - start)
+        if intervals and point == 0.0 and intervals[-1][2] == 0.0 and start - intervals[-1][1] <= 1e-12:
+            intervals[-1][1] = end  # contiguous with the previous one: extend it
+        else:
+            intervals.append([start, end, point])
+        group.charged += amount
+
+    def _usage(self, group: _Group, now: float) -> float:
+        """Charged time of `group` inside (now - window, now], the holder's time included."""
+        window_start = now - self._window
+        intervals = group.intervals
+        if intervals:
+            if intervals[0][1] <= window_start:
+                charged = group.charged
+                while intervals and intervals[0][1] <= window_start:
+                    start, end, point = intervals.popleft()
+                    charged -= end - start + point
+                # Re-add exactly when it empties so round-off cannot accumulate.
+                group.charged = charged if intervals else 0.0
+            usage = group.charged
+            if intervals:
+                first_start = intervals[0][0]
+                if first_start < window_start:
+                    usage -= window_start - first_start
+        else:
+            usage = 0.0
+        holding = self._holding
+        if holding is not None and holding.client.group is group:
+            # Accrues until the deadline: past it, an expiry charges no more.
+            grant_time = holding.grant_time
+            end = now if now < holding.deadline else holding.deadline
+            if end > window_start:
+                usage += end - (grant_time if grant_time > window_start else window_start)
+        return usage
+
+    def _time_usage_reaches(self, group: _Group, target: float, now: float) -> float | None:
+        """Earliest time >= now at which the group's past charges inside the
+        window fall to `target` or below (no new charges assumed)."""
+        window_start = now - self._window
+        usage = self._usage(group, now)
+        holding = self._holding
+        if holding is not None and holding.client.group is group:
+            return None  # still accruing: the release is the event to wait for
+        need = usage - target
+        if need <= 0.0:
+            return now
+        for start, end, point in group.intervals:
+            low = start if start > window_start else window_start
+            length = end - low
+            if need <= length:
+                return low + need + self._window
+            need -= length
+            if need <= point:
+                return end + self._window
+            need -= point
+        return None  # target below zero: never
+
+    # ---------------------------------------------------------------- choice
+
+    def _threshold(self, group: _Group) -> float:
+        head = self._clients[next(iter(group.waiters))]
+        return head.quantum if head.quantum < group.cap else group.cap
+
+    def _candidate(self, now: float):
+        """Best eligible waiting (group, usage, key), or None."""
+        best = None
+        best_key = None
+        for group in self._waiting_groups:
+            usage = self._usage(group, now)
+            if group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON:
+                continue
+            sequence = next(iter(group.waiters.values()))
+            if usage < group.request_usage:
+                key = (0, -group.priority, usage - group.request_usage, sequence)
+            else:
+                key = (1, -group.priority, usage, sequence)
+            if best_key is None or key < best_key:
+                best_key = key
+                best = (group, usage, key)
+        return best
+
+    def _step(self, now: float, out: list[Decision]) -> list[Decision]:
+        """Apply the time-driven rules at `now`: expiry, then grant or preemption."""
+        holding = self._holding
+        if holding is not None and now >= holding.deadline:
+            charged = holding.deadline - holding.grant_time
+            group = holding.client.group
+            self._charge(group, holding.deadline, charged)
+            self._holding = None
+            self.expiries[group.name] += 1
+            out.append(Expire(holding.client.client_id, holding.token_id, charged))
+            holding = None
+        if self._waiting_groups:
+            if holding is None:
+                self._grant(now, out)
+            elif not holding.revoked and self._preempting_priority(holding):
+                self._maybe_revoke(now, holding, out)
+        self.decisions += len(out)
+        return out
+
+    def _grant(self, now: float, out: list[Decision]) -> None:
+        best = self._candidate(now)
+        if best is None:
+            return
+        group, usage, key = best
+        client_id = next(iter(group.waiters))
+        del group.waiters[client_id]
+        if not group.waiters:
+            del self._waiting_groups[group]
+        client = self._clients[client_id]
+        quantum = client.quantum
+        if key[0] == 1 and quantum > self.config.quantum_min and self._guarantee_at_stake(group, now):
+            quantum = self.config.quantum_min
+        elif group.capped and group.cap - usage < quantum:
+            quantum = max(self.config.quantum_min, group.cap - usage)
+        token_id = self._next_token
+        self._next_token += 1
+        self._holding = holding = _Holding(client, token_id, now, quantum, self.config.grace)
+        self.tokens_granted[group.name] += 1
+        out.append(Grant(client_id, token_id, quantum))
+        if self._waiting_groups and self._preempting_priority(holding):
+            self._maybe_revoke(now, holding, out)
+
+    def _guarantee_at_stake(self, granted: _Group, now: float) -> bool:
+        """Is another group below its request and active within the last
+        quantum_max (waiting, or just released)? Then a group above its
+        request only gets quantum_min: with one busy client per group the
+        token merely alternates, so slice length is what keeps shares."""
+        recent = now - self.config.quantum_max
+        for group in self._groups.values():
+            if group is granted or (not group.waiters and group.last_active < recent):
+                continue
+            if self._usage(group, now) < group.request_usage:
+                return True
+        return False
+
+    def _preempting_priority(self, holding: _Holding) -> bool:
+        """Cheap pre-check: does any waiting group outrank the holder's class?"""
+        holder_priority = holding.client.group.priority
+        for group in self._waiting_groups:
+            if group.priority > holder_priority:
+                return True
+        return False
+
+    def _holder_key_tier(self, now: float, holding: _Holding) -> int:
+        group = holding.client.group
+        return 0 if self._usage(group, now) < group.request_usage else 1
+
+    def _maybe_revoke(self, now: float, holding: _Holding, out: list[Decision]) -> None:
+        best = self._candidate(now)
+        if best is None:
+            return
+        group, _, key = best
+        holder_group = holding.client.group
+        if group.priority <= holder_group.priority or key[0] > self._holder_key_tier(now, holding):
+            return
+        holding.revoked = True
+        self.preemptions[holder_group.name] += 1
+        waiter = next(iter(group.waiters))
+        out.append(Revoke(
+            holding.client.client_id,
+            holding.token_id,
+            f"preempted by client {waiter!r} of group {group.name!r} "
+            f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})",
+        ))
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which advance() could decide something; None if
+        only an event can. Never later than needed; possibly earlier (then
+        advance() decides nothing and the next wakeup lies strictly later)."""
+        now = self._now
+        holding = self._holding
+        times: list[float] = []
+        if holding is not None:
+            times.append(holding.deadline)
+        if self._waiting_groups:
+            if holding is None:
+                # Token free yet nobody served: every waiting group is capped;
+                # wake when the first gets room for its head-of-line quantum.
+                for group in self._waiting_groups:
+                    moment = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
+                    if moment is not None:
+                        times.append(moment)
+            elif not holding.revoked:
+                times.extend(self._preemption_times(now, holding))
+        return min(times) if times else None
+
+    def _preemption_times(self, now: float, holding: _Holding) -> list[float]:
+        """When could a waiting higher class come to preempt the holder? As
+        the window slides, a capped group gains room, a group above its
+        request drops into tier 0, and the holder's group rises into tier 1."""
+        holder_group = holding.client.group
+        holder_tier = self._holder_key_tier(now, holding)
+        times = []
+        above_request = False
+        for group in self._waiting_groups:
+            if group.priority <= holder_group.priority:
+                continue
+            usage = self._usage(group, now)
+            threshold = self._threshold(group)
+            if group.capped and group.cap - usage < threshold - _TIME_EPSILON:
+                moment = self._time_usage_reaches(group, group.cap - threshold, now)
+            elif usage >= group.request_usage:
+                moment = self._time_usage_reaches(group, group.request_usage - 1e-9, now)
+                above_request = True
+            else:
+                continue  # tier 0 already: only events change what it may do
+            if moment is not None:
+                times.append(moment)
+        if above_request and holder_tier == 0:
+            # The holder's usage rises at most 1 s per s, so it cannot reach
+            # its request before `shortfall` seconds; re-check then.
+            shortfall = holder_group.request_usage - self._usage(holder_group, now)
+            times.append(now + max(shortfall, self.config.quantum_min / 10))
+        return times
+
+    # ------------------------------------------------------------------ views
+
+    def holder(self) -> tuple[str, int] | None:
+        holding = self._holding
+        return None if holding is None else (holding.client.client_id, holding.token_id)
+
+    def last_time(self) -> float:
+        """The latest `now` seen (later calls with earlier times are clamped to it)."""
+        return self._now
+
+    def holder_since(self) -> float | None:
+        """Grant time of the current token (None when free)."""
+        return None if self._holding is None else self._holding.grant_time
+
+    def waiting(self) -> list[str]:
+        """Waiting client ids in the order they would be served if nothing
+        changed; groups waiting for room under their limit come last."""
+        now = self._now
+        ordered = []
+        for group in self._waiting_groups:
+            usage = self._usage(group, now)
+            blocked = group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON
+            if blocked:
+                key = (2, -group.priority, usage)
+            elif usage < group.request_usage:
+                key = (0, -group.priority, usage - group.request_usage)
+            else:
+                key = (1, -group.priority, usage)
+            for client_id, sequence in group.waiters.items():
+                ordered.append((key, sequence, client_id))
+        ordered.sort()
+        return [client_id for _, _, client_id in ordered]
+
+    def is_waiting(self, client_id: str) -> bool:
+        return client_id in self._client(client_id).group.waiters
+
+    def usage(self, group: str, now: float) -> float:
+        target = self._group(group)
+        return self._usage(target, self._clock(now))
+
+    def share(self, group: str, now: float) -> float:
+        return self.usage(group, now) / self._window
+
+    def busy_fraction(self, now: float) -> float:
+        """Charged time of all live groups over the window / window (at most 1)."""
+        now = self._clock(now)
+        total = sum(self._usage(group, now) for group in self._groups.values())
+        return min(1.0, total / self._window)
+
+    def client_group(self, client_id: str) -> str:
+        return self._client(client_id).group.name
+
+    def client_quantum(self, client_id: str) -> float:
+        """The quantum this client would be granted now, before any cap by its group's room."""
+        return self._client(client_id).quantum
+
+    def clients(self) -> list[str]:
+        return sorted(self._clients)
+
+    def group_clients(self, name: str) -> list[str]:
+        return sorted(self._group(name).clients)
+
+    def group_waiting(self, name: str) -> int:
+        return len(self._group(name).waiters)
