@@ -49,6 +49,25 @@ typedef struct nvmlUtilization_st {
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
 
+/* ---- Added for the simulated GPU (simgpu/); layouts as in pynvml ---- */
+enum { NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25 };
+
+/* nvmlDeviceGetComputeRunningProcesses (v1) */
+typedef struct nvmlProcessInfo_v1_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+/* nvmlDeviceGetComputeRunningProcesses_v2 and _v3 */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;      /* 0xFFFFFFFF: not in a MIG instance */
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+#define NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE 80
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,296 @@
+"""The simulated GPU: environment for processes that should run on it, and a
+read-only view of its shared state.
+
+The stand-in ``libcuda.so.1`` / ``libnvidia-ml.so.1`` (built from simgpu/ by
+``tools/build_native.py simgpu``) live next to this file. Every process
+started with :func:`env` shares one simulated device, a POSIX shared-memory
+segment ``/dev/shm/gslice-sim-<name>``, whose layout is defined in
+simgpu/sim_shared.h and mirrored here.
+
+    environ = simgpu.env("test-123", memory="4GiB", label="team-a")
+    subprocess.run([...], env=environ)
+    gpu = simgpu.SimGpu("test-123")
+    gpu.busy_ns_by_label()   # {"team-a": 812345678}
+    gpu.unlink()
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["DEFAULT_NAME", "LAYOUT_VERSION", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env", "lib_dir", "shm_path", "unlink"]
+
+DEFAULT_NAME = "default"
+LAYOUT_VERSION = 1
+_MAGIC = 0x4753494D47505531
+_MAX_PROCESSES = 256
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+_LIB_DIR = Path(__file__).resolve().parent
+
+SLOT_FREE, SLOT_LIVE, SLOT_EXITED = 0, 1, 2
+
+
+class SimGpuNotBuilt(RuntimeError):
+    """The stand-in driver libraries have not been compiled."""
+
+
+def lib_dir() -> Path:
+    """Directory holding the simulated libcuda.so.1 and libnvidia-ml.so.1."""
+    missing = [n for n in ("libcuda.so.1", "libnvidia-ml.so.1") if not (_LIB_DIR / n).exists()]
+    if missing:
+        raise SimGpuNotBuilt(
+            f"simulated GPU libraries {', '.join(missing)} are missing from {_LIB_DIR}; "
+            "run tools/build_native.py simgpu")
+    return _LIB_DIR
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"simulated GPU name {name!r} is not usable; expected 1-200 letters, digits, '-', '_' or '.'")
+    return name
+
+
+def shm_path(name: str = DEFAULT_NAME) -> Path:
+    """Where the segment of simulator `name` lives."""
+    return Path("/dev/shm") / f"gslice-sim-{_check_name(name)}"
+
+
+def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: float | None = None,
+        label: str | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a process that should run on simulated GPU `name`.
+
+    memory: device memory (bytes or "16GiB"); only the process that creates
+    the segment (the first to use it) applies it, so give every process the
+    same value. kernel_us: duration of kernels other than gslice_sim_sleep.
+    label: how this process is named in the per-process accounting.
+    """
+    result = dict(os.environ if base is None else base)
+    libs = str(lib_dir())
+    previous = result.get("LD_LIBRARY_PATH", "")
+    result["LD_LIBRARY_PATH"] = libs + (os.pathsep + previous if previous else "")
+    result["GSLICE_SIM_NAME"] = _check_name(name)
+    if memory is not None:
+        if isinstance(memory, bool) or not isinstance(memory, (int, str)) or (isinstance(memory, int) and memory <= 0):
+            raise ValueError(f"simulated GPU memory {memory!r} is not a size; expected bytes > 0 or e.g. '16GiB'")
+        result["GSLICE_SIM_MEMORY"] = str(memory)
+    if kernel_us is not None:
+        if not kernel_us >= 0:
+            raise ValueError(f"kernel_us {kernel_us!r} must be a duration in microseconds >= 0")
+        result["GSLICE_SIM_KERNEL_US"] = repr(float(kernel_us))
+    if label is not None:
+        result["GSLICE_SIM_LABEL"] = label
+    return result
+
+
+# ---- mirror of simgpu/sim_shared.h ----------------------------------------
+
+class _Slot(ctypes.Structure):
+    _fields_ = [
+        ("state", ctypes.c_uint32),
+        ("pid", ctypes.c_int32),
+        ("start_ticks", ctypes.c_uint64),
+        ("label", ctypes.c_char * 64),
+        ("busy_ns", ctypes.c_uint64),
+        ("kernels_launched", ctypes.c_uint64),
+        ("kernels_completed", ctypes.c_uint64),
+        ("memory_used", ctypes.c_uint64),
+        ("memory_peak", ctypes.c_uint64),
+        ("first_activity_ns", ctypes.c_uint64),
+        ("last_activity_ns", ctypes.c_uint64),
+        ("attached_ns", ctypes.c_uint64),
+        ("exited_ns", ctypes.c_uint64),
+        ("engine_waiting", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class _Bucket(ctypes.Structure):
+    _fields_ = [("epoch", ctypes.c_uint64), ("busy_ns", ctypes.c_uint64)]
+
+
+class _Device(ctypes.Structure):
+    _fields_ = [
+        ("magic", ctypes.c_uint64),
+        ("layout_version", ctypes.c_uint32),
+        ("initialised", ctypes.c_uint32),
+        ("slot_count", ctypes.c_uint32),
+        ("sm_count", ctypes.c_uint32),
+        ("total_memory", ctypes.c_uint64),
+        ("created_ns", ctypes.c_uint64),
+        ("name", ctypes.c_char * 96),
+        ("uuid", ctypes.c_char * 96),
+        ("uuid_bytes", ctypes.c_ubyte * 16),
+        ("memory_used", ctypes.c_uint64),
+        ("busy_ns", ctypes.c_uint64),
+        ("kernels", ctypes.c_uint64),
+        ("engine_holder_pid", ctypes.c_int32),
+        ("engine_waiters", ctypes.c_uint32),
+        ("engine_acquisitions", ctypes.c_uint64),
+        ("engine_busy_since_ns", ctypes.c_uint64),
+        ("engine_courtesy_waiters", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 7),
+        ("timeline", _Bucket * 32),
+        ("engine", ctypes.c_ubyte * 64),
+        ("registry", ctypes.c_ubyte * 64),
+        ("slots", _Slot * _MAX_PROCESSES),
+    ]
+
+
+# The C side asserts the same numbers (sim_shared.h _Static_asserts).
+assert ctypes.sizeof(_Slot) == 192
+assert _Device.timeline.offset == 360 and _Device.engine.offset == 872 and _Device.slots.offset == 1000
+assert ctypes.sizeof(_Device) == 50152
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    """One process that used the simulated GPU (a snapshot)."""
+    pid: int
+    label: str
+    alive: bool               # slot live and the pid still exists
+    busy_ns: int              # engine time its kernels held
+    kernels_launched: int
+    kernels_completed: int
+    memory_used: int          # bytes held now (0 once exited)
+    memory_peak: int
+    first_activity_ns: int    # CLOCK_MONOTONIC (time.monotonic_ns()), 0 if it ran no kernel
+    last_activity_ns: int
+    attached_ns: int
+    exited_ns: int
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+class SimGpu:
+    """Read-only view of simulated GPU `name` (the segment must exist)."""
+
+    def __init__(self, name: str = DEFAULT_NAME):
+        self.name = _check_name(name)
+        self.path = shm_path(name)
+        self._map: mmap.mmap | None = None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"simulated GPU {name!r} does not exist ({self.path} is missing): no process has used it yet") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != ctypes.sizeof(_Device):
+                raise RuntimeError(f"{self.path} is {size} bytes, expected {ctypes.sizeof(_Device)}: "
+                                   "made by a different simgpu layout; remove it")
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        view = self._snapshot()
+        if view.magic != _MAGIC or view.layout_version != LAYOUT_VERSION:
+            self.close()
+            raise RuntimeError(f"{self.path} has layout version {view.layout_version}, this reader understands "
+                               f"{LAYOUT_VERSION}; remove it or rebuild")
+
+    def _snapshot(self) -> _Device:
+        """A copy of the whole segment (50 KB): one consistent-enough read
+        without handing ctypes a pointer into a read-only mapping."""
+        if self._map is None:
+            raise ValueError(f"simulated GPU view {self.name!r} is closed")
+        return _Device.from_buffer_copy(self._map)
+
+    # -- device -------------------------------------------------------------
+    @property
+    def total_memory(self) -> int:
+        return self._snapshot().total_memory
+
+    @property
+    def uuid(self) -> str:
+        return self._snapshot().uuid.decode()
+
+    @property
+    def device_name(self) -> str:
+        return self._snapshot().name.decode()
+
+    def memory_used(self) -> int:
+        """Bytes counted as used (dead processes are subtracted once a
+        simulator process or NVML query notices them)."""
+        return self._snapshot().memory_used
+
+    def total_busy_ns(self) -> int:
+        return self._snapshot().busy_ns
+
+    def kernels_completed(self) -> int:
+        return self._snapshot().kernels
+
+    def engine_holder_pid(self) -> int:
+        return self._snapshot().engine_holder_pid
+
+    # -- processes ----------------------------------------------------------
+    def processes(self, include_exited: bool = True) -> list[SimProcess]:
+        result = []
+        for slot in self._snapshot().slots:
+            state = slot.state
+            if state == SLOT_FREE or (state == SLOT_EXITED and not include_exited):
+                continue
+            result.append(SimProcess(
+                pid=slot.pid, label=slot.label.decode(errors="replace"),
+                alive=state == SLOT_LIVE and _pid_exists(slot.pid),
+                busy_ns=slot.busy_ns, kernels_launched=slot.kernels_launched,
+                kernels_completed=slot.kernels_completed, memory_used=slot.memory_used,
+                memory_peak=slot.memory_peak, first_activity_ns=slot.first_activity_ns,
+                last_activity_ns=slot.last_activity_ns, attached_ns=slot.attached_ns, exited_ns=slot.exited_ns))
+        return result
+
+    def process(self, pid: int) -> SimProcess:
+        matches = [p for p in self.processes() if p.pid == pid]
+        if not matches:
+            raise KeyError(f"pid {pid} never used simulated GPU {self.name!r}")
+        return max(matches, key=lambda p: p.attached_ns)
+
+    def busy_ns_by_label(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for p in self.processes():
+            totals[p.label] = totals.get(p.label, 0) + p.busy_ns
+        return totals
+
+    def shares_by_label(self) -> dict[str, float]:
+        """Each label's fraction of all recorded engine time."""
+        totals = self.busy_ns_by_label()
+        whole = sum(totals.values())
+        return {label: (busy / whole if whole else 0.0) for label, busy in totals.items()}
+
+    # -- lifetime -----------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_map", None) is not None:
+            self._map.close()
+            self._map = None
+
+    def unlink(self) -> None:
+        """Remove the segment; processes still attached keep their mapping."""
+        self.close()
+        unlink(self.name)
+
+    def __enter__(self) -> "SimGpu":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def unlink(name: str = DEFAULT_NAME) -> bool:
+    """Remove simulated GPU `name`'s segment; False if it did not exist."""
+    try:
+        os.unlink(shm_path(name))
+        return True
+    except FileNotFoundError:
+        return False

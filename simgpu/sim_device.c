@@ -1,0 +1,493 @@
+/* The shared simulated device (see sim_device.h and sim_shared.h). */
+#define _GNU_SOURCE
+#include "sim_device.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long a process that just released the engine steps aside for a
+ * waiter before taking it again. glibc's mutex is not fair: the releasing
+ * thread usually re-acquires before a woken waiter runs, which would let a
+ * back-to-back launcher starve everyone else. A real GPU time-slices
+ * between contexts, so the simulated engine hands over instead. */
+#define SIM_COURTESY_WAIT_NS 2000000ull
+/* How long an attaching process waits for another one to finish creating
+ * the segment. */
+#define SIM_ATTACH_WAIT_NS 5000000000ull
+
+uint64_t sim_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sim_log(const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gslice simgpu: %s\n", line);
+}
+
+bool sim_parse_bytes(const char *text, uint64_t *bytes) {
+    static const struct { const char *suffix; uint64_t scale; } units[] = {
+        {"", 1}, {"b", 1},
+        {"k", 1000ull}, {"kb", 1000ull}, {"m", 1000000ull}, {"mb", 1000000ull},
+        {"g", 1000000000ull}, {"gb", 1000000000ull}, {"t", 1000000000000ull}, {"tb", 1000000000000ull},
+        {"ki", 1ull << 10}, {"kib", 1ull << 10}, {"mi", 1ull << 20}, {"mib", 1ull << 20},
+        {"gi", 1ull << 30}, {"gib", 1ull << 30}, {"ti", 1ull << 40}, {"tib", 1ull << 40},
+    };
+    if (!text) return false;
+    while (isspace((unsigned char)*text)) text++;
+    if (!isdigit((unsigned char)*text) && *text != '.') return false;
+    char *end;
+    errno = 0;
+    double number = strtod(text, &end);
+    if (errno || end == text || !(number > 0)) return false;
+    char suffix[8];
+    size_t n = 0;
+    while (*end && !isspace((unsigned char)*end)) {
+        if (n + 1 >= sizeof suffix) return false;
+        suffix[n++] = (char)tolower((unsigned char)*end++);
+    }
+    suffix[n] = 0;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(suffix, units[i].suffix) == 0) {
+            double scaled = number * (double)units[i].scale;
+            if (scaled < 1 || scaled > 1.8e19) return false;
+            *bytes = (uint64_t)(scaled + 0.5);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- attaching ---------------------------------------------------------- */
+
+static bool valid_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 200) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!(isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.')) return false;
+    }
+    return true;
+}
+
+/* FNV-1a, so the UUID is stable for a given simulator name. */
+static uint64_t fnv1a(const char *text, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static void init_shared_mutex(sim_shared_mutex *m) {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    /* A process killed while holding it must not wedge the GPU. */
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&m->mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
+
+static void initialise_device(struct sim_device_shared *dev, const char *name, uint64_t total_memory) {
+    memset(dev, 0, sizeof *dev);
+    dev->magic = SIM_SHM_MAGIC;
+    dev->layout_version = SIM_LAYOUT_VERSION;
+    dev->slot_count = SIM_MAX_PROCESSES;
+    dev->sm_count = SIM_SM_COUNT;
+    dev->total_memory = total_memory;
+    dev->created_ns = sim_now_ns();
+    snprintf(dev->name, sizeof dev->name, "%s", SIM_DEVICE_NAME);
+    uint64_t hi = fnv1a(name, 0x9e3779b97f4a7c15ull), lo = fnv1a(name, 0x243f6a8885a308d3ull);
+    for (int i = 0; i < 8; i++) {
+        dev->uuid_bytes[i] = (unsigned char)(hi >> (56 - 8 * i));
+        dev->uuid_bytes[8 + i] = (unsigned char)(lo >> (56 - 8 * i));
+    }
+    dev->uuid_bytes[6] = (unsigned char)((dev->uuid_bytes[6] & 0x0f) | 0x50); /* name-based UUID */
+    dev->uuid_bytes[8] = (unsigned char)((dev->uuid_bytes[8] & 0x3f) | 0x80);
+    const unsigned char *u = dev->uuid_bytes;
+    snprintf(dev->uuid, sizeof dev->uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    init_shared_mutex(&dev->engine);
+    init_shared_mutex(&dev->registry);
+}
+
+static void pause_1ms(void) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+}
+
+struct sim_device_shared *sim_device_attach(char *err, size_t err_len) {
+    const char *name = getenv("GSLICE_SIM_NAME");
+    if (!name || !*name) name = SIM_DEFAULT_NAME;
+    if (!valid_name(name)) {
+        snprintf(err, err_len,
+                 "GSLICE_SIM_NAME '%.60s' is not usable; expected 1-200 letters, digits, '-', '_' or '.'", name);
+        return NULL;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/gslice-sim-%s", name);
+    const size_t size = sizeof(struct sim_device_shared);
+    uint64_t deadline = sim_now_ns() + SIM_ATTACH_WAIT_NS;
+
+    for (;;) {
+        int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
+        if (fd >= 0) {
+            uint64_t total = SIM_DEFAULT_MEMORY;
+            const char *mem = getenv("GSLICE_SIM_MEMORY");
+            if (mem && *mem && !sim_parse_bytes(mem, &total)) {
+                close(fd);
+                shm_unlink(path);
+                snprintf(err, err_len,
+                         "GSLICE_SIM_MEMORY '%.60s' is not a size; expected bytes or a size like 16GiB, 512MiB, 1.5GB",
+                         mem);
+                return NULL;
+            }
+            /* Other users of the machine may share the device. */
+            fchmod(fd, 0666);
+            if (ftruncate(fd, (off_t)size) != 0) {
+                snprintf(err, err_len, "ftruncate(/dev/shm%s, %zu) failed: %s", path, size, strerror(errno));
+                close(fd);
+                shm_unlink(path);
+                return NULL;
+            }
+            struct sim_device_shared *dev = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            close(fd);
+            if (dev == MAP_FAILED) {
+                snprintf(err, err_len, "mmap of /dev/shm%s failed: %s", path, strerror(errno));
+                shm_unlink(path);
+                return NULL;
+            }
+            initialise_device(dev, name, total);
+            __atomic_store_n(&dev->initialised, 1u, __ATOMIC_RELEASE);
+            return dev;
+        }
+        if (errno != EEXIST) {
+            snprintf(err, err_len, "shm_open(%s) failed: %s", path, strerror(errno));
+            return NULL;
+        }
+        fd = shm_open(path, O_RDWR, 0);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* removed between the two opens: try creating again */
+            snprintf(err, err_len, "shm_open(%s) failed: %s", path, strerror(errno));
+            return NULL;
+        }
+        struct stat st;
+        while (fstat(fd, &st) == 0 && (size_t)st.st_size < size && sim_now_ns() < deadline) pause_1ms();
+        if ((size_t)st.st_size != size) {
+            close(fd);
+            snprintf(err, err_len,
+                     "/dev/shm%s is %lld bytes, expected %zu: made by another simgpu layout version, or its "
+                     "creator died; remove it",
+                     path, (long long)st.st_size, size);
+            return NULL;
+        }
+        struct sim_device_shared *dev = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (dev == MAP_FAILED) {
+            snprintf(err, err_len, "mmap of /dev/shm%s failed: %s", path, strerror(errno));
+            return NULL;
+        }
+        while (!__atomic_load_n(&dev->initialised, __ATOMIC_ACQUIRE) && sim_now_ns() < deadline) pause_1ms();
+        if (!__atomic_load_n(&dev->initialised, __ATOMIC_ACQUIRE)) {
+            munmap(dev, size);
+            snprintf(err, err_len, "/dev/shm%s was never initialised (its creator died?); remove it", path);
+            return NULL;
+        }
+        if (dev->magic != SIM_SHM_MAGIC || dev->layout_version != SIM_LAYOUT_VERSION) {
+            unsigned version = dev->layout_version;
+            munmap(dev, size);
+            snprintf(err, err_len, "/dev/shm%s has layout version %u, this library needs %u; remove it", path,
+                     version, SIM_LAYOUT_VERSION);
+            return NULL;
+        }
+        return dev;
+    }
+}
+
+/* ---- shared mutexes ----------------------------------------------------- */
+
+/* Lock a robust mutex; *recovered says the previous owner died holding it. */
+static void lock_shared(sim_shared_mutex *m, bool *recovered) {
+    int rc = pthread_mutex_lock(&m->mutex);
+    *recovered = false;
+    if (rc == EOWNERDEAD) {
+        pthread_mutex_consistent(&m->mutex);
+        *recovered = true;
+    } else if (rc != 0) {
+        sim_log("locking a shared mutex failed: %s", strerror(rc));
+        abort();
+    }
+}
+
+static void unlock_shared(sim_shared_mutex *m) { pthread_mutex_unlock(&m->mutex); }
+
+/* ---- process registry --------------------------------------------------- */
+
+/* starttime (field 22) and state of /proc/<pid>/stat; false if no such pid. */
+static bool read_proc_stat(int pid, uint64_t *start_ticks, char *state) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    if (!p || p[1] != ' ') return false;
+    p += 2;
+    *state = *p;
+    /* fields after comm: 3=state ... 22=starttime */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return false;
+        p++;
+    }
+    *start_ticks = strtoull(p, NULL, 10);
+    return true;
+}
+
+static bool process_alive(int pid, uint64_t start_ticks) {
+    uint64_t now_ticks;
+    char state;
+    if (!read_proc_stat(pid, &now_ticks, &state)) return false;
+    /* A zombie has already lost its GPU memory on a real driver. */
+    if (state == 'Z' || state == 'X') return false;
+    return start_ticks == 0 || now_ticks == start_ticks;
+}
+
+static void mark_exited_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+    uint64_t held = __atomic_load_n(&slot->memory_used, __ATOMIC_RELAXED);
+    uint64_t used = __atomic_load_n(&dev->memory_used, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->memory_used, used >= held ? used - held : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->memory_used, 0, __ATOMIC_RELAXED);
+    uint32_t waiting = __atomic_exchange_n(&slot->engine_waiting, 0, __ATOMIC_RELAXED);
+    if (waiting) __atomic_fetch_sub(&dev->engine_waiters, waiting, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->exited_ns, sim_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->state, (uint32_t)SIM_SLOT_EXITED, __ATOMIC_RELEASE);
+}
+
+static void reap_locked(struct sim_device_shared *dev) {
+    int self = getpid();
+    for (int i = 0; i < SIM_MAX_PROCESSES; i++) {
+        struct sim_process_slot *slot = &dev->slots[i];
+        if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) != SIM_SLOT_LIVE) continue;
+        if (slot->pid == self) continue;
+        if (!process_alive(slot->pid, slot->start_ticks)) mark_exited_locked(dev, slot);
+    }
+}
+
+/* After a process died holding the registry mutex its update may be half
+ * done; the slots are the truth, so recompute the total from them. */
+static void lock_registry(struct sim_device_shared *dev) {
+    bool recovered;
+    lock_shared(&dev->registry, &recovered);
+    if (recovered) {
+        uint64_t sum = 0;
+        for (int i = 0; i < SIM_MAX_PROCESSES; i++)
+            if (dev->slots[i].state == SIM_SLOT_LIVE) sum += dev->slots[i].memory_used;
+        __atomic_store_n(&dev->memory_used, sum, __ATOMIC_RELAXED);
+    }
+}
+
+struct sim_process_slot *sim_registry_claim(struct sim_device_shared *dev, int pid, const char *label) {
+    lock_registry(dev);
+    reap_locked(dev);
+    struct sim_process_slot *chosen = NULL;
+    for (int i = 0; i < SIM_MAX_PROCESSES && !chosen; i++)
+        if (dev->slots[i].state == SIM_SLOT_FREE) chosen = &dev->slots[i];
+    /* No never-used slot left: recycle the one that exited longest ago. */
+    for (int i = 0; i < SIM_MAX_PROCESSES && !chosen; i++) {
+        struct sim_process_slot *slot = &dev->slots[i];
+        if (slot->state != SIM_SLOT_EXITED) continue;
+        for (int j = i + 1; j < SIM_MAX_PROCESSES; j++)
+            if (dev->slots[j].state == SIM_SLOT_EXITED && dev->slots[j].exited_ns < slot->exited_ns)
+                slot = &dev->slots[j];
+        chosen = slot;
+    }
+    if (chosen) {
+        memset(chosen, 0, sizeof *chosen);
+        chosen->pid = pid;
+        char state;
+        if (!read_proc_stat(pid, &chosen->start_ticks, &state)) chosen->start_ticks = 0;
+        snprintf(chosen->label, sizeof chosen->label, "%s", label);
+        chosen->attached_ns = sim_now_ns();
+        __atomic_store_n(&chosen->state, (uint32_t)SIM_SLOT_LIVE, __ATOMIC_RELEASE);
+    }
+    unlock_shared(&dev->registry);
+    return chosen;
+}
+
+void sim_registry_release(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+    lock_registry(dev);
+    if (slot->state == SIM_SLOT_LIVE) mark_exited_locked(dev, slot);
+    unlock_shared(&dev->registry);
+}
+
+void sim_registry_reap(struct sim_device_shared *dev) {
+    lock_registry(dev);
+    reap_locked(dev);
+    unlock_shared(&dev->registry);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+bool sim_memory_reserve(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t bytes) {
+    lock_registry(dev);
+    uint64_t used = dev->memory_used;
+    if (bytes > dev->total_memory || used > dev->total_memory - bytes) {
+        reap_locked(dev); /* a dead process may still be counted */
+        used = dev->memory_used;
+        if (bytes > dev->total_memory || used > dev->total_memory - bytes) {
+            unlock_shared(&dev->registry);
+            return false;
+        }
+    }
+    __atomic_store_n(&dev->memory_used, used + bytes, __ATOMIC_RELAXED);
+    uint64_t held = slot->memory_used + bytes;
+    __atomic_store_n(&slot->memory_used, held, __ATOMIC_RELAXED);
+    if (held > slot->memory_peak) __atomic_store_n(&slot->memory_peak, held, __ATOMIC_RELAXED);
+    unlock_shared(&dev->registry);
+    return true;
+}
+
+void sim_memory_release(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t bytes) {
+    lock_registry(dev);
+    /* After the slot was reaped (it cannot be: we are alive) nothing is owed. */
+    uint64_t held = slot->memory_used;
+    uint64_t give = bytes <= held ? bytes : held;
+    __atomic_store_n(&slot->memory_used, held - give, __ATOMIC_RELAXED);
+    uint64_t used = dev->memory_used;
+    __atomic_store_n(&dev->memory_used, used >= give ? used - give : 0, __ATOMIC_RELAXED);
+    unlock_shared(&dev->registry);
+}
+
+uint64_t sim_memory_used(struct sim_device_shared *dev) {
+    lock_registry(dev);
+    reap_locked(dev);
+    uint64_t used = dev->memory_used;
+    unlock_shared(&dev->registry);
+    return used;
+}
+
+/* ---- engine ------------------------------------------------------------- */
+
+static uint32_t *acquisitions_word(struct sim_device_shared *dev) {
+    /* futex on the low 32 bits of the 64-bit counter (x86-64 is little-endian) */
+    return (uint32_t *)&dev->engine_acquisitions;
+}
+
+static void futex_wait_shared(uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
+    syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_shared(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+static void timeline_add(struct sim_device_shared *dev, uint64_t start, uint64_t end) {
+    for (uint64_t epoch = start / SIM_TIMELINE_BUCKET_NS; epoch <= end / SIM_TIMELINE_BUCKET_NS; epoch++) {
+        uint64_t lo = epoch * SIM_TIMELINE_BUCKET_NS, hi = lo + SIM_TIMELINE_BUCKET_NS;
+        uint64_t from = start > lo ? start : lo, to = end < hi ? end : hi;
+        if (to <= from) continue;
+        struct sim_timeline_bucket *b = &dev->timeline[epoch % SIM_TIMELINE_BUCKETS];
+        if (__atomic_load_n(&b->epoch, __ATOMIC_RELAXED) != epoch) {
+            __atomic_store_n(&b->busy_ns, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&b->epoch, epoch, __ATOMIC_RELEASE);
+        }
+        __atomic_fetch_add(&b->busy_ns, to - from, __ATOMIC_RELAXED);
+    }
+}
+
+static void sleep_until(uint64_t deadline_ns) {
+    struct timespec ts = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
+                    struct sim_engine_turn *turn) {
+    /* Step aside if someone waited while we held the engine and nobody has
+     * taken it since. */
+    if (turn->has_released && __atomic_load_n(&dev->engine_waiters, __ATOMIC_ACQUIRE) > 0) {
+        uint32_t seen = (uint32_t)turn->released_at;
+        if (__atomic_load_n(acquisitions_word(dev), __ATOMIC_ACQUIRE) == seen) {
+            __atomic_fetch_add(&dev->engine_courtesy_waiters, 1, __ATOMIC_SEQ_CST);
+            futex_wait_shared(acquisitions_word(dev), seen, SIM_COURTESY_WAIT_NS);
+            __atomic_fetch_sub(&dev->engine_courtesy_waiters, 1, __ATOMIC_SEQ_CST);
+        }
+    }
+
+    __atomic_fetch_add(&slot->engine_waiting, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->engine_waiters, 1, __ATOMIC_SEQ_CST);
+    bool recovered;
+    lock_shared(&dev->engine, &recovered); /* recovered: a holder died mid-kernel; its time is lost */
+    __atomic_fetch_sub(&dev->engine_waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&slot->engine_waiting, 1, __ATOMIC_RELAXED);
+
+    uint64_t acquired = __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&dev->engine_courtesy_waiters, __ATOMIC_SEQ_CST) > 0) futex_wake_shared(acquisitions_word(dev));
+
+    uint64_t start = sim_now_ns();
+    __atomic_store_n(&dev->engine_holder_pid, slot->pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->engine_busy_since_ns, start, __ATOMIC_RELEASE);
+    uint64_t unset = 0;
+    __atomic_compare_exchange_n(&slot->first_activity_ns, &unset, start, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+
+    if (duration_ns) sleep_until(start + duration_ns);
+
+    uint64_t end = sim_now_ns();
+    uint64_t busy = end - start;
+    __atomic_fetch_add(&slot->busy_ns, busy, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&slot->kernels_completed, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->last_activity_ns, end, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->busy_ns, busy, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
+    timeline_add(dev, start, end);
+    __atomic_store_n(&dev->engine_busy_since_ns, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&dev->engine_holder_pid, 0, __ATOMIC_RELAXED);
+    unlock_shared(&dev->engine);
+
+    turn->released_at = acquired;
+    turn->has_released = true;
+}
+
+unsigned sim_utilisation_percent(struct sim_device_shared *dev) {
+    const uint64_t window_buckets = 10; /* ~1 s */
+    uint64_t now = sim_now_ns();
+    uint64_t current = now / SIM_TIMELINE_BUCKET_NS;
+    uint64_t first = current >= window_buckets - 1 ? current - (window_buckets - 1) : 0;
+    uint64_t span_start = first * SIM_TIMELINE_BUCKET_NS;
+    if (span_start < dev->created_ns) span_start = dev->created_ns;
+    uint64_t busy = 0;
+    for (uint64_t epoch = first; epoch <= current; epoch++) {
+        struct sim_timeline_bucket *b = &dev->timeline[epoch % SIM_TIMELINE_BUCKETS];
+        if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) == epoch) busy += __atomic_load_n(&b->busy_ns, __ATOMIC_RELAXED);
+    }
+    uint64_t running_since = __atomic_load_n(&dev->engine_busy_since_ns, __ATOMIC_ACQUIRE);
+    if (running_since) busy += now - (running_since > span_start ? running_since : span_start);
+    uint64_t span = now > span_start ? now - span_start : 1;
+    uint64_t percent = busy * 100 / span;
+    return percent > 100 ? 100u : (unsigned)percent;
+}

@@ -1,0 +1,64 @@
+/* The shared simulated device: attaching to the segment, the process
+ * registry, memory accounting and the kernel engine. Linked into both
+ * libcuda.so.1 and libnvidia-ml.so.1; nothing here is exported. */
+#ifndef GSLICE_SIM_DEVICE_H
+#define GSLICE_SIM_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim_shared.h"
+
+#define SIM_DEFAULT_NAME "default"
+#define SIM_DEFAULT_MEMORY (16ull << 30)
+#define SIM_SM_COUNT 108
+#define SIM_DEVICE_NAME "gslice simulated GPU"
+
+#define SIM_HIDDEN __attribute__((visibility("hidden")))
+#define SIM_EXPORT __attribute__((visibility("default")))
+
+uint64_t sim_now_ns(void);
+
+/* Write "gslice simgpu: <message>" to stderr. */
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse "17179869184", "16GiB", "512MiB", "1.5GB", "64k" into bytes.
+ * Returns false (and leaves *bytes alone) on anything else or on 0. */
+bool sim_parse_bytes(const char *text, uint64_t *bytes);
+
+/* Map the segment named by GSLICE_SIM_NAME, creating and initialising it if
+ * this process is the first (GSLICE_SIM_MEMORY sets its size then). On
+ * failure returns NULL with a one-line reason in err. */
+struct sim_device_shared *sim_device_attach(char *err, size_t err_len);
+
+/* Claim a process slot for pid (reaping dead processes first). NULL when
+ * all SIM_MAX_PROCESSES slots belong to live processes. */
+struct sim_process_slot *sim_registry_claim(struct sim_device_shared *dev, int pid, const char *label);
+/* The process is going away: give its memory back and mark the slot exited. */
+void sim_registry_release(struct sim_device_shared *dev, struct sim_process_slot *slot);
+/* Mark slots of processes that no longer exist as exited and give their
+ * memory back. */
+void sim_registry_reap(struct sim_device_shared *dev);
+
+/* Physical memory accounting across all processes. Returns false when the
+ * device has less than `bytes` free (after reaping dead processes). */
+bool sim_memory_reserve(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t bytes);
+void sim_memory_release(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t bytes);
+/* Bytes in use on the device after reaping dead processes. */
+uint64_t sim_memory_used(struct sim_device_shared *dev);
+
+/* Per-thread state of one engine user (a stream worker). */
+struct sim_engine_turn {
+    uint64_t released_at; /* engine_acquisitions value when this thread last released it */
+    bool has_released;
+};
+/* Run one kernel: wait for the engine, hold it for duration_ns, record the
+ * time actually held in the process's slot and the device totals. */
+void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
+                    struct sim_engine_turn *turn);
+
+/* Percent of the last ~1 s during which the engine ran a kernel. */
+unsigned sim_utilisation_percent(struct sim_device_shared *dev);
+
+#endif

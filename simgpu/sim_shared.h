@@ -1,0 +1,106 @@
+/* Layout of the shared-memory segment that IS the simulated GPU.
+ *
+ * Every process on the machine that loads the simulated libcuda.so.1 or
+ * libnvidia-ml.so.1 maps the same POSIX shared-memory object
+ * (/gslice-sim-<GSLICE_SIM_NAME>), so they all see one device: one memory
+ * pool, one engine that runs kernels one at a time, and one table of the
+ * processes using it.
+ *
+ * This header is the only definition of the layout. python/gslice/simgpu
+ * mirrors it with ctypes and refuses a segment whose layout_version differs;
+ * bump SIM_LAYOUT_VERSION on any change here. Counters are plain integers
+ * updated with __atomic builtins so a reader in another language can load
+ * them without knowing C11 atomics.
+ */
+#ifndef GSLICE_SIM_SHARED_H
+#define GSLICE_SIM_SHARED_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_SHM_MAGIC 0x4753494d47505531ull /* "GSIMGPU1" */
+#define SIM_LAYOUT_VERSION 1u
+#define SIM_MAX_PROCESSES 256
+#define SIM_LABEL_BYTES 64
+#define SIM_NAME_BYTES 96
+#define SIM_UUID_BYTES 96
+/* Utilisation history: busy time per 100 ms bucket, enough for a 1 s window
+ * plus slack for a reader that is late. */
+#define SIM_TIMELINE_BUCKETS 32
+#define SIM_TIMELINE_BUCKET_NS 100000000ull
+
+enum sim_slot_state {
+    SIM_SLOT_FREE = 0,   /* never used, or recycled */
+    SIM_SLOT_LIVE = 1,   /* process attached and (as far as we know) alive */
+    SIM_SLOT_EXITED = 2, /* process gone; its memory was given back, counters kept for readers */
+};
+
+/* A pthread mutex padded to a fixed size so the layout does not depend on
+ * the C library's sizeof(pthread_mutex_t) (40 on x86-64 glibc). */
+typedef union sim_shared_mutex {
+    pthread_mutex_t mutex;
+    unsigned char reserve[64];
+} sim_shared_mutex;
+
+/* One process using the device. Written only by its own process, except
+ * when a dead process's slot is reaped (under the registry mutex). */
+struct sim_process_slot {
+    uint32_t state;             /* enum sim_slot_state */
+    int32_t pid;
+    uint64_t start_ticks;       /* /proc/<pid>/stat starttime: tells a reused pid apart */
+    char label[SIM_LABEL_BYTES];/* GSLICE_SIM_LABEL, else GSLICE_GROUP, else comm */
+    uint64_t busy_ns;           /* time this process's kernels held the engine */
+    uint64_t kernels_launched;  /* launch calls accepted (graph kernels count one each) */
+    uint64_t kernels_completed;
+    uint64_t memory_used;       /* device bytes held now */
+    uint64_t memory_peak;
+    uint64_t first_activity_ns; /* CLOCK_MONOTONIC of its first kernel start, 0 if none */
+    uint64_t last_activity_ns;  /* CLOCK_MONOTONIC of its last kernel end */
+    uint64_t attached_ns;       /* CLOCK_MONOTONIC when the slot was claimed */
+    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone, 0 while live */
+    uint32_t engine_waiting;    /* its threads now waiting for the engine */
+    uint32_t reserved0;
+    uint64_t reserved[4];
+};
+
+struct sim_timeline_bucket {
+    uint64_t epoch;   /* CLOCK_MONOTONIC / SIM_TIMELINE_BUCKET_NS this bucket holds */
+    uint64_t busy_ns; /* engine-busy time inside that epoch */
+};
+
+struct sim_device_shared {
+    uint64_t magic;
+    uint32_t layout_version;
+    uint32_t initialised;       /* 0 while the creator fills the segment in, then 1 */
+    uint32_t slot_count;        /* SIM_MAX_PROCESSES */
+    uint32_t sm_count;
+    uint64_t total_memory;      /* bytes */
+    uint64_t created_ns;        /* CLOCK_MONOTONIC */
+    char name[SIM_NAME_BYTES];  /* "gslice simulated GPU" */
+    char uuid[SIM_UUID_BYTES];  /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    unsigned char uuid_bytes[16];
+    uint64_t memory_used;       /* sum of live slots' memory_used */
+    uint64_t busy_ns;           /* all processes, ever */
+    uint64_t kernels;           /* kernels completed, all processes */
+    int32_t engine_holder_pid;  /* pid running a kernel now, 0 when idle */
+    uint32_t engine_waiters;    /* threads of live processes waiting for the engine */
+    uint64_t engine_acquisitions;
+    uint64_t engine_busy_since_ns; /* start of the kernel running now, 0 when idle */
+    uint32_t engine_courtesy_waiters; /* releasers stepping aside for a waiter (see sim_device.c) */
+    uint32_t reserved32;
+    uint64_t reserved[7];
+    struct sim_timeline_bucket timeline[SIM_TIMELINE_BUCKETS];
+    sim_shared_mutex engine;    /* held while a kernel runs: the GPU executes one at a time */
+    sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */
+    struct sim_process_slot slots[SIM_MAX_PROCESSES];
+};
+
+/* Offsets the Python mirror relies on; a change here must change it too. */
+_Static_assert(sizeof(struct sim_process_slot) == 192, "slot layout changed");
+_Static_assert(offsetof(struct sim_device_shared, timeline) == 360, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine) == 872, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, slots) == 1000, "header layout changed");
+_Static_assert(sizeof(struct sim_device_shared) == 50152, "layout changed");
+
+#endif

@@ -1,0 +1,439 @@
+/* Exercises the simulated driver through -lcuda, one scenario per
+ * sub-command; prints "key=value" lines the tests parse, and "FAIL ..." with
+ * exit status 1 when a call returns something unexpected. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gslice_cuda_abi.h"
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAlloc(unsigned int *, unsigned int);
+CUresult cuMemFree(unsigned int);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
+CUresult cuMemsetD8_v2(CUdeviceptr, unsigned char, size_t);
+CUresult cuMemsetD32_v2(CUdeviceptr, unsigned int, size_t);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+CUresult cuStreamSynchronize_ptsz(CUstream);
+CUresult cuCtxGetCurrent(CUcontext *);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchHostFunc(CUstream, CUhostFn, void *);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamDestroy_v2(CUstream);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamQuery(CUstream);
+CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuEventCreate(CUevent *, unsigned);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventQuery(CUevent);
+CUresult cuEventSynchronize(CUevent);
+CUresult cuEventElapsedTime(float *, CUevent, CUevent);
+CUresult cuEventDestroy_v2(CUevent);
+CUresult cuGraphCreate(CUgraph *, unsigned);
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
+
+#define CHECK(call) expect((call), CUDA_SUCCESS, #call, __LINE__)
+#define EXPECT(call, want) expect((call), (want), #call, __LINE__)
+
+static void expect(CUresult got, CUresult want, const char *what, int line) {
+    if (got != want) {
+        printf("FAIL line %d: %s returned %d, expected %d\n", line, what, got, want);
+        fflush(stdout);
+        exit(1);
+    }
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static CUfunction sleep_kernel;
+
+static void setup(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, "any image"));
+    CHECK(cuModuleGetFunction(&sleep_kernel, mod, "gslice_sim_sleep"));
+}
+
+static void launch_sleep(CUstream s, uint64_t ns) {
+    void *params[] = {&ns};
+    CHECK(cuLaunchKernel(sleep_kernel, 1, 1, 1, 32, 1, 1, 0, s, params, NULL));
+}
+
+/* ---- scenarios ---- */
+
+static int memory(void) {
+    size_t free0, total, free1;
+    CHECK(cuMemGetInfo_v2(&free0, &total));
+    CUdeviceptr a, b;
+    CHECK(cuMemAlloc_v2(&a, 64 << 20));
+    CHECK(cuMemAlloc_v2(&b, 64 << 20));
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("alloc_delta=%zu\n", free0 - free1);
+    char in[4096], out[4096];
+    for (size_t i = 0; i < sizeof in; i++) in[i] = (char)(i * 7);
+    CHECK(cuMemcpyHtoD_v2(a + 1000, in, sizeof in));
+    CHECK(cuMemcpyDtoD_v2(b, a + 1000, sizeof in));
+    CHECK(cuMemcpyDtoH_v2(out, b, sizeof out));
+    printf("roundtrip_ok=%d\n", memcmp(in, out, sizeof in) == 0);
+    CHECK(cuMemsetD32_v2(b, 0xdeadbeef, 4));
+    uint32_t words[4];
+    CHECK(cuMemcpyDtoH_v2(words, b, sizeof words));
+    printf("memset32_ok=%d\n", words[0] == 0xdeadbeef && words[3] == 0xdeadbeef);
+    CHECK(cuMemsetD8_v2(b, 0x5a, 3));
+    CHECK(cuMemcpyDtoH_v2(out, b, 4));
+    printf("memset8_ok=%d\n", out[0] == 0x5a && out[2] == 0x5a && (unsigned char)out[3] == 0xde);
+    /* copies that leave the allocation, frees of unknown pointers */
+    EXPECT(cuMemcpyHtoD_v2(a + (64 << 20) - 10, in, 100), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemFree_v2(a + 8), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAlloc_v2(&a, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemFree_v2(b));
+    EXPECT(cuMemFree_v2(b), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemFree_v2(a));
+    size_t free2;
+    CHECK(cuMemGetInfo_v2(&free2, &total));
+    printf("all_freed=%d\n", free2 == free0);
+
+    size_t pitch;
+    CUdeviceptr p;
+    CHECK(cuMemAllocPitch_v2(&p, &pitch, 1000, 10, 4));
+    printf("pitch=%zu\n", pitch);
+    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemAllocManaged(&p, 4096, CU_MEM_ATTACH_GLOBAL));
+    ((char *)(uintptr_t)p)[0] = 1; /* managed memory is host-accessible */
+    CHECK(cuMemFree_v2(p));
+
+    /* stream-ordered free returns the memory when the stream gets there */
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuMemAllocAsync(&p, 32 << 20, s));
+    launch_sleep(s, 100 * 1000 * 1000ull);
+    CHECK(cuMemFreeAsync(p, s));
+    size_t during, after;
+    CHECK(cuMemGetInfo_v2(&during, &total));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemGetInfo_v2(&after, &total));
+    printf("async_free_deferred=%d\n", free0 - during == (32u << 20) && after == free0);
+
+    /* virtual memory management */
+    size_t gran;
+    char prop[64] = {0};
+    CHECK(cuMemGetAllocationGranularity(&gran, (const CUmemAllocationProp *)prop, 0));
+    CUmemGenericAllocationHandle h;
+    EXPECT(cuMemCreate(&h, gran + 1, (const CUmemAllocationProp *)prop, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemCreate(&h, 2 * gran, (const CUmemAllocationProp *)prop, 0));
+    CUdeviceptr va;
+    CHECK(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+    CHECK(cuMemMap(va + gran, 2 * gran, 0, h, 0));
+    CHECK(cuMemcpyHtoD_v2(va + gran, in, sizeof in));
+    CHECK(cuMemcpyDtoH_v2(out, va + gran, sizeof out));
+    size_t vmm_free;
+    CHECK(cuMemGetInfo_v2(&vmm_free, &total));
+    printf("vmm_ok=%d vmm_counted=%zu granularity=%zu\n", memcmp(in, out, sizeof in) == 0, free0 - vmm_free, gran);
+    CHECK(cuMemUnmap(va + gran, 2 * gran));
+    CHECK(cuMemRelease(h));
+    CHECK(cuMemAddressFree(va, 4 * gran));
+
+    CUDA_ARRAY_DESCRIPTOR desc = {1024, 256, CU_AD_FORMAT_FLOAT, 4};
+    CUarray arr;
+    CHECK(cuArrayCreate_v2(&arr, &desc));
+    size_t arr_free;
+    CHECK(cuMemGetInfo_v2(&arr_free, &total));
+    printf("array_counted=%zu\n", free0 - arr_free);
+    CHECK(cuArrayDestroy(arr));
+
+    unsigned int small;
+    CHECK(cuMemAlloc(&small, 4096)); /* the 32-bit CUDA 2.x entry point */
+    CHECK(cuMemcpyHtoD_v2(small, in, 16));
+    CHECK(cuMemFree(small));
+    CHECK(cuMemGetInfo_v2(&free2, &total));
+    printf("end_free_equal=%d\n", free2 == free0);
+    return 0;
+}
+
+static int oom(size_t bytes) {
+    CUdeviceptr p;
+    size_t fr, total;
+    CHECK(cuMemGetInfo_v2(&fr, &total));
+    CUresult rc = cuMemAlloc_v2(&p, bytes);
+    printf("result=%d free=%zu total=%zu\n", rc, fr, total);
+    if (rc == CUDA_SUCCESS) CHECK(cuMemFree_v2(p));
+    return 0;
+}
+
+static int events(uint64_t ns, int count) {
+    CUstream s;
+    CUevent a, b;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuEventCreate(&a, 0));
+    CHECK(cuEventCreate(&b, 0));
+    CHECK(cuEventRecord(a, s));
+    for (int i = 0; i < count; i++) launch_sleep(s, ns);
+    CHECK(cuEventRecord(b, s));
+    CUresult early = cuEventQuery(b);
+    float ms = 0;
+    CUresult early_elapsed = cuEventElapsedTime(&ms, a, b);
+    CHECK(cuEventSynchronize(b));
+    CHECK(cuEventQuery(b));
+    CHECK(cuEventElapsedTime(&ms, a, b));
+    printf("early_query=%d early_elapsed=%d elapsed_ms=%.3f\n", early, early_elapsed, ms);
+    CHECK(cuEventDestroy_v2(a));
+    CHECK(cuEventDestroy_v2(b));
+    return 0;
+}
+
+struct order_log {
+    int seen[8];
+    double at_ms[8];
+    int n;
+};
+
+static void note(void *arg) {
+    struct order_log *log = arg;
+    log->at_ms[log->n] = now_ms();
+    log->seen[log->n] = log->n;
+    log->n++;
+}
+
+static int order(void) {
+    CUstream s, other;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuStreamCreate(&other, 0));
+    struct order_log log = {{0}, {0}, 0};
+    double start = now_ms();
+    launch_sleep(s, 40 * 1000 * 1000ull);
+    CHECK(cuLaunchHostFunc(s, note, &log));
+    launch_sleep(s, 40 * 1000 * 1000ull);
+    CHECK(cuLaunchHostFunc(s, note, &log));
+    double queued = now_ms();
+    CUresult busy = cuStreamQuery(s);
+    /* a second stream waits for an event recorded after the first kernels */
+    CUevent done;
+    CHECK(cuEventCreate(&done, 0));
+    CHECK(cuEventRecord(done, s));
+    CHECK(cuStreamWaitEvent(other, done, 0));
+    CHECK(cuLaunchHostFunc(other, note, &log));
+    CHECK(cuStreamSynchronize(other));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuStreamQuery(s));
+    printf("launch_ms=%.3f busy_query=%d notes=%d first_ms=%.3f second_ms=%.3f waited_ms=%.3f\n",
+           queued - start, busy, log.n, log.at_ms[0] - start, log.at_ms[1] - start, log.at_ms[2] - start);
+    CHECK(cuStreamDestroy_v2(s));
+    EXPECT(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+    return 0;
+}
+
+static int ctxsync(void) {
+    CUstream streams[3];
+    double start = now_ms();
+    for (int i = 0; i < 3; i++) {
+        CHECK(cuStreamCreate(&streams[i], 0));
+        launch_sleep(streams[i], 30 * 1000 * 1000ull);
+    }
+    launch_sleep(NULL, 30 * 1000 * 1000ull); /* the legacy default stream too */
+    CHECK(cuCtxSynchronize());
+    double waited = now_ms() - start;
+    int idle = 1;
+    for (int i = 0; i < 3; i++) idle &= cuStreamQuery(streams[i]) == CUDA_SUCCESS;
+    idle &= cuStreamQuery(NULL) == CUDA_SUCCESS;
+    printf("ctxsync_ms=%.3f all_idle=%d\n", waited, idle);
+    return 0;
+}
+
+static int graph(int nodes, uint64_t ns) {
+    CUgraph g;
+    CHECK(cuGraphCreate(&g, 0));
+    CUgraphNode prev = NULL, node;
+    for (int i = 0; i < nodes; i++) {
+        CUDA_KERNEL_NODE_PARAMS p;
+        memset(&p, 0, sizeof p);
+        p.func = sleep_kernel;
+        p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+        p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+        void *params[] = {&ns};
+        p.kernelParams = params;
+        CHECK(cuGraphAddKernelNode_v2(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &p));
+        prev = node;
+    }
+    CUgraphExec exec;
+    CHECK(cuGraphInstantiateWithFlags(&exec, g, 0));
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    double start = now_ms();
+    CHECK(cuGraphLaunch(exec, s));
+    CHECK(cuGraphExecDestroy(exec)); /* a launched graph still runs */
+    CHECK(cuStreamSynchronize(s));
+    double graph_ms = now_ms() - start;
+
+    /* stream capture turns launches into a graph */
+    CHECK(cuStreamBeginCapture_v2(s, 0));
+    for (int i = 0; i < nodes; i++) launch_sleep(s, ns);
+    CUgraph captured;
+    CHECK(cuStreamEndCapture(s, &captured));
+    double capture_ms = now_ms() - start - graph_ms;
+    CHECK(cuGraphInstantiateWithFlags(&exec, captured, 0));
+    start = now_ms();
+    CHECK(cuGraphLaunch(exec, s));
+    CHECK(cuStreamSynchronize(s));
+    double captured_ms = now_ms() - start;
+    printf("graph_ms=%.3f capture_ms=%.3f captured_ms=%.3f\n", graph_ms, capture_ms, captured_ms);
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuGraphDestroy(captured));
+    return 0;
+}
+
+/* Keep launching `ns` kernels (in batches of 8, synchronising) for `count` kernels. */
+static int spin(uint64_t ns, int count) {
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    double start = now_ms();
+    for (int i = 0; i < count; i++) {
+        launch_sleep(s, ns);
+        if (i % 8 == 7) CHECK(cuStreamSynchronize(s));
+    }
+    CHECK(cuStreamSynchronize(s));
+    printf("pid=%d start_ms=%.3f end_ms=%.3f\n", getpid(), start, now_ms());
+    return 0;
+}
+
+/* Hold memory and the engine: allocate, then run one long kernel. */
+static int hold(size_t bytes, uint64_t ns) {
+    CUdeviceptr p;
+    CHECK(cuMemAlloc_v2(&p, bytes));
+    launch_sleep(NULL, ns);
+    printf("holding pid=%d\n", getpid());
+    fflush(stdout);
+    CHECK(cuCtxSynchronize());
+    return 0;
+}
+
+/* Allocate and wait until stdin closes (memory visible to other processes). */
+static int keep(size_t bytes) {
+    CUdeviceptr p;
+    CHECK(cuMemAlloc_v2(&p, bytes));
+    printf("kept pid=%d\n", getpid());
+    fflush(stdout);
+    char buf[16];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    return 0;
+}
+
+/* Many threads at once: allocations, launches on the per-thread default
+ * stream and on their own stream; the threads then exit with work queued. */
+static CUcontext shared_context;
+
+static void *thread_body(void *arg) {
+    (void)arg;
+    CHECK(cuCtxSetCurrent(shared_context));
+    CUstream own;
+    CHECK(cuStreamCreate(&own, 0));
+    uint64_t ns = 100 * 1000;
+    void *params[] = {&ns};
+    for (int i = 0; i < 100; i++) {
+        CUdeviceptr p;
+        CHECK(cuMemAlloc_v2(&p, 1 << 20));
+        CHECK(cuMemsetD8_v2(p, (unsigned char)i, 1 << 20));
+        CHECK(cuMemFree_v2(p));
+        if (i % 2) CHECK(cuLaunchKernel_ptsz(sleep_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+        else CHECK(cuLaunchKernel(sleep_kernel, 1, 1, 1, 1, 1, 1, 0, own, params, NULL));
+    }
+    CHECK(cuStreamSynchronize_ptsz(NULL));
+    CHECK(cuStreamDestroy_v2(own)); /* still has work queued: it finishes first */
+    return NULL;
+}
+
+static int threads(int count) {
+    size_t free0, free1, total;
+    CHECK(cuMemGetInfo_v2(&free0, &total));
+    CHECK(cuCtxGetCurrent(&shared_context));
+    pthread_t tids[64];
+    for (int i = 0; i < count; i++) pthread_create(&tids[i], NULL, thread_body, NULL);
+    for (int i = 0; i < count; i++) pthread_join(tids[i], NULL);
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("threads_done=%d memory_back=%d\n", count, free0 == free1);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s memory|oom BYTES|events NS COUNT|order|ctxsync|graph N NS|spin NS COUNT|"
+                        "hold BYTES NS|keep BYTES|uninit\n", argv[0]);
+        return 2;
+    }
+    const char *what = argv[1];
+    if (strcmp(what, "uninit") == 0) {
+        CUdeviceptr p;
+        EXPECT(cuMemAlloc_v2(&p, 16), CUDA_ERROR_NOT_INITIALIZED);
+        CHECK(cuInit(0));
+        EXPECT(cuMemAlloc_v2(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+        printf("uninit_ok=1\n");
+        return 0;
+    }
+    if (strcmp(what, "init") == 0) {
+        CUresult rc = cuInit(0);
+        printf("init=%d\n", rc);
+        return 0;
+    }
+    setup();
+    if (strcmp(what, "memory") == 0) return memory();
+    if (strcmp(what, "oom") == 0 && argc == 3) return oom(strtoull(argv[2], NULL, 10));
+    if (strcmp(what, "events") == 0 && argc == 4) return events(strtoull(argv[2], NULL, 10), atoi(argv[3]));
+    if (strcmp(what, "order") == 0) return order();
+    if (strcmp(what, "ctxsync") == 0) return ctxsync();
+    if (strcmp(what, "graph") == 0 && argc == 4) return graph(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+    if (strcmp(what, "spin") == 0 && argc == 4) return spin(strtoull(argv[2], NULL, 10), atoi(argv[3]));
+    if (strcmp(what, "hold") == 0 && argc == 4) return hold(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
+    if (strcmp(what, "threads") == 0 && argc == 3) return threads(atoi(argv[2]) > 64 ? 64 : atoi(argv[2]));
+    if (strcmp(what, "keep") == 0 && argc == 3) return keep(strtoull(argv[2], NULL, 10));
+    fprintf(stderr, "unknown scenario %s\n", what);
+    return 2;
+}
