@@ -1,0 +1,94 @@
+/* config: parse GSLICE_* once; bad values fall back to the default with a
+ * warning naming the variable, the value and what would be accepted. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static gs_config process_config;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+static void copy_str(char *dst, size_t cap, const char *src, const char *name)
+{
+    size_t len = strlen(src);
+    if (len >= cap) {
+        GS_WARN("%s is %zu bytes long; at most %zu accepted, ignoring it", name, len, cap - 1);
+        dst[0] = 0;
+        return;
+    }
+    memcpy(dst, src, len + 1);
+}
+
+static const char *env_lookup(const char *name) { return getenv(name); }
+
+void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
+{
+    memset(cfg, 0, sizeof *cfg);
+    const char *v;
+
+    /* The level first, so later warnings honour it. */
+    cfg->log_level = GS_LOG_WARN;
+    if ((v = lookup("GSLICE_LOG_LEVEL")) && *v) {
+        if (!strcmp(v, "error")) cfg->log_level = GS_LOG_ERROR;
+        else if (!strcmp(v, "warn")) cfg->log_level = GS_LOG_WARN;
+        else if (!strcmp(v, "info")) cfg->log_level = GS_LOG_INFO;
+        else if (!strcmp(v, "debug")) cfg->log_level = GS_LOG_DEBUG;
+        else GS_WARN("GSLICE_LOG_LEVEL=%s is not a level; expected error, warn, info or debug (using warn)", v);
+    }
+
+    v = lookup("GSLICE_DISABLE");
+    cfg->disabled = v && *v && strcmp(v, "0") != 0;
+
+    copy_str(cfg->socket_path, sizeof cfg->socket_path, "/run/gslice/client.sock", "GSLICE_SOCKET");
+    if ((v = lookup("GSLICE_SOCKET")) && *v)
+        copy_str(cfg->socket_path, sizeof cfg->socket_path, v, "GSLICE_SOCKET");
+    if ((v = lookup("GSLICE_SOCKET_DIR")) && *v)
+        copy_str(cfg->socket_dir, sizeof cfg->socket_dir, v, "GSLICE_SOCKET_DIR");
+    if ((v = lookup("GSLICE_GROUP")))
+        copy_str(cfg->group, sizeof cfg->group, v, "GSLICE_GROUP");
+    if ((v = lookup("GSLICE_GROUP_SECRET")))
+        copy_str(cfg->secret, sizeof cfg->secret, v, "GSLICE_GROUP_SECRET");
+
+    copy_str(cfg->real_libcuda, sizeof cfg->real_libcuda, "libcuda.so.1", "GSLICE_REAL_LIBCUDA");
+    if ((v = lookup("GSLICE_REAL_LIBCUDA")) && *v)
+        copy_str(cfg->real_libcuda, sizeof cfg->real_libcuda, v, "GSLICE_REAL_LIBCUDA");
+    copy_str(cfg->real_libnvml, sizeof cfg->real_libnvml, "libnvidia-ml.so.1", "GSLICE_REAL_LIBNVML");
+    if ((v = lookup("GSLICE_REAL_LIBNVML")) && *v)
+        copy_str(cfg->real_libnvml, sizeof cfg->real_libnvml, v, "GSLICE_REAL_LIBNVML");
+
+    cfg->on_daemon_loss = GS_ON_LOSS_WAIT;
+    if ((v = lookup("GSLICE_ON_DAEMON_LOSS")) && *v) {
+        if (!strcmp(v, "wait")) cfg->on_daemon_loss = GS_ON_LOSS_WAIT;
+        else if (!strcmp(v, "open")) cfg->on_daemon_loss = GS_ON_LOSS_OPEN;
+        else GS_WARN("GSLICE_ON_DAEMON_LOSS=%s is not a policy; expected wait or open (using wait)", v);
+    }
+
+    cfg->daemon_wait_ms = 30000;
+    if ((v = lookup("GSLICE_DAEMON_WAIT_MS")) && *v) {
+        char *end;
+        long ms = strtol(v, &end, 10);
+        if (*end || ms < 0 || ms > 3600000)
+            GS_WARN("GSLICE_DAEMON_WAIT_MS=%s is not a number of milliseconds in 0..3600000 (using 30000)", v);
+        else
+            cfg->daemon_wait_ms = (int)ms;
+    }
+
+    cfg->metered = !cfg->disabled && cfg->group[0] != 0;
+}
+
+static void load_process_config(void)
+{
+    /* Warnings during parsing use the default level; then apply the one asked for. */
+    gs_config_parse(&process_config, env_lookup);
+    gs_log_set_level(process_config.log_level);
+}
+
+const gs_config *gs_config_get(void)
+{
+    pthread_once(&config_once, load_process_config);
+    return &process_config;
+}

@@ -1,0 +1,33 @@
+/* config: the shim's environment, read once at first use (never on the
+ * launch path; HAMi's getenv-per-call cost ~23% of a training step). */
+#ifndef GSLICE_CONFIG_H
+#define GSLICE_CONFIG_H
+
+#include <stdbool.h>
+
+enum gs_daemon_loss_policy {
+    GS_ON_LOSS_WAIT = 0,   /* launches block until tokend is back */
+    GS_ON_LOSS_OPEN = 1,   /* run unmetered while tokend is away */
+};
+
+typedef struct gs_config {
+    bool disabled;             /* GSLICE_DISABLE=1: pure pass-through */
+    bool metered;              /* a group is configured and not disabled */
+    char socket_path[256];     /* GSLICE_SOCKET, default /run/gslice/client.sock */
+    char socket_dir[256];      /* GSLICE_SOCKET_DIR: <dir>/<gpu-uuid>/client.sock */
+    char group[128];           /* GSLICE_GROUP */
+    char secret[128];          /* GSLICE_GROUP_SECRET */
+    char real_libcuda[256];    /* GSLICE_REAL_LIBCUDA, default libcuda.so.1 */
+    char real_libnvml[256];    /* GSLICE_REAL_LIBNVML, default libnvidia-ml.so.1 */
+    int log_level;             /* GSLICE_LOG_LEVEL error|warn|info|debug */
+    int on_daemon_loss;        /* GSLICE_ON_DAEMON_LOSS wait|open */
+    int daemon_wait_ms;        /* GSLICE_DAEMON_WAIT_MS, default 30000 */
+} gs_config;
+
+/* The process's configuration; the first call reads the environment. */
+const gs_config *gs_config_get(void);
+/* Parses an environment-like lookup into cfg (for tests); problems are
+ * logged naming the variable, the bad value and what is accepted. */
+void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name));
+
+#endif

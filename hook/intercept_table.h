@@ -1,0 +1,127 @@
+/* intercept_table: THE list of driver entry points gslice meters.
+ *
+ * One X-macro row per exported variant:
+ *   X(name, base, version, ptsz, lib, path, impl, ret, params, args)
+ *     name     the exported symbol (what dlsym and the linker see)
+ *     base     the name cuGetProcAddress is asked for
+ *     version  the lowest cudaVersion for which cuGetProcAddress(base)
+ *              answers with this variant (the driver's own versioning)
+ *     ptsz     1 for the per-thread-default-stream variant, chosen by
+ *              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+ *     lib      CUDA or NVML: which real library defines it
+ *     path     FAST: the token gate's inline fast path (launches), else PLAIN
+ *     impl     the hand-written core in overrides.c both routes call
+ *     ret, params, args   the C signature and the forwarded argument list
+ *
+ * overrides.c expands every row twice: an exported wrapper that calls the
+ * pointer dlsym'd from the real library, and a hidden one that calls the
+ * pointer the real cuGetProcAddress returned for that row (the two differ
+ * on real drivers). Everything not in this table is never seen by gslice. */
+#ifndef GSLICE_INTERCEPT_TABLE_H
+#define GSLICE_INTERCEPT_TABLE_H
+
+#include "gslice_cuda_abi.h"
+#include "gslice_nvml_abi.h"
+
+#define GS_LAUNCH_PARAMS (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
+    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, \
+    CUstream hStream, void **kernelParams, void **extra)
+#define GS_LAUNCH_ARGS (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
+    hStream, kernelParams, extra)
+#define GS_COOP_PARAMS (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
+    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, \
+    CUstream hStream, void **kernelParams)
+#define GS_COOP_ARGS (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
+    hStream, kernelParams)
+#define GS_PROC_V2_PARAMS (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, \
+    CUdriverProcAddressQueryResult *symbolStatus)
+
+#define GS_INTERCEPT_TABLE(X) \
+    /* work on the GPU */ \
+    X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
+    X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
+    X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0, CUDA, FAST, launch_kernel_ex, CUresult, \
+      (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra)) \
+    X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1, CUDA, FAST, launch_kernel_ex, CUresult, \
+      (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra)) \
+    X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
+    X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* allocations */ \
+    X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
+    X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \
+    X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0, CUDA, PLAIN, mem_alloc_pitch, CUresult, \
+      (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes), \
+      (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)) \
+    X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0, CUDA, PLAIN, mem_alloc_managed, CUresult, \
+      (CUdeviceptr *dptr, size_t bytesize, unsigned int flags), (dptr, bytesize, flags)) \
+    X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0, CUDA, PLAIN, mem_alloc_async, CUresult, \
+      (CUdeviceptr *dptr, size_t bytesize, CUstream hStream), (dptr, bytesize, hStream)) \
+    X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1, CUDA, PLAIN, mem_alloc_async, CUresult, \
+      (CUdeviceptr *dptr, size_t bytesize, CUstream hStream), (dptr, bytesize, hStream)) \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0, CUDA, PLAIN, mem_alloc_from_pool, CUresult, \
+      (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), (dptr, bytesize, pool, hStream)) \
+    X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1, CUDA, PLAIN, mem_alloc_from_pool, CUresult, \
+      (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), (dptr, bytesize, pool, hStream)) \
+    X(cuMemCreate, cuMemCreate, 10020, 0, CUDA, PLAIN, mem_create, CUresult, \
+      (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags), \
+      (handle, size, prop, flags)) \
+    X(cuArrayCreate_v2, cuArrayCreate, 3020, 0, CUDA, PLAIN, array_create, CUresult, \
+      (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray), (pHandle, pAllocateArray)) \
+    X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0, CUDA, PLAIN, array3d_create, CUresult, \
+      (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray), (pHandle, pAllocateArray)) \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0, CUDA, PLAIN, mipmapped_array_create, CUresult, \
+      (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc, unsigned int numMipmapLevels), \
+      (pHandle, pDesc, numMipmapLevels)) \
+    /* frees */ \
+    X(cuMemFree, cuMemFree, 2000, 0, CUDA, PLAIN, mem_free_v1, CUresult, (unsigned int dptr), (dptr)) \
+    X(cuMemFree_v2, cuMemFree, 3020, 0, CUDA, PLAIN, mem_free, CUresult, (CUdeviceptr dptr), (dptr)) \
+    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0, CUDA, PLAIN, mem_free_async, CUresult, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream)) \
+    X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1, CUDA, PLAIN, mem_free_async, CUresult, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream)) \
+    X(cuMemRelease, cuMemRelease, 10020, 0, CUDA, PLAIN, mem_release, CUresult, (CUmemGenericAllocationHandle handle), (handle)) \
+    X(cuArrayDestroy, cuArrayDestroy, 2000, 0, CUDA, PLAIN, array_destroy, CUresult, (CUarray hArray), (hArray)) \
+    X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0, CUDA, PLAIN, mipmapped_array_destroy, CUresult, \
+      (CUmipmappedArray hMipmappedArray), (hMipmappedArray)) \
+    /* memory queries */ \
+    X(cuMemGetInfo, cuMemGetInfo, 2000, 0, CUDA, PLAIN, mem_get_info_v1, CUresult, (unsigned int *free_bytes, unsigned int *total_bytes), (free_bytes, total_bytes)) \
+    X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0, CUDA, PLAIN, mem_get_info, CUresult, (size_t *free_bytes, size_t *total_bytes), (free_bytes, total_bytes)) \
+    X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0, CUDA, PLAIN, device_total_mem_v1, CUresult, (unsigned int *bytes, CUdevice dev), (bytes, dev)) \
+    X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0, CUDA, PLAIN, device_total_mem, CUresult, (size_t *bytes, CUdevice dev), (bytes, dev)) \
+    X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, 0, 0, NVML, PLAIN, nvml_memory_info, nvmlReturn_t, \
+      (nvmlDevice_t device, nvmlMemory_t *memory), (device, memory)) \
+    X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, 0, NVML, PLAIN, nvml_memory_info_v2, nvmlReturn_t, \
+      (nvmlDevice_t device, nvmlMemory_v2_t *memory), (device, memory)) \
+    /* the runtime's route to everything above */ \
+    X(cuGetProcAddress, cuGetProcAddress, 11030, 0, CUDA, PLAIN, get_proc_address_v1, CUresult, \
+      (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags), (symbol, pfn, cudaVersion, flags)) \
+    X(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0, CUDA, PLAIN, get_proc_address, CUresult, GS_PROC_V2_PARAMS, \
+      (symbol, pfn, cudaVersion, flags, symbolStatus))
+
+enum gs_intercept_lib { GS_LIB_CUDA = 0, GS_LIB_NVML = 1 };
+
+enum gs_intercept_id {
+#define GS_X_ID(name, base, version, ptsz, lib, path, impl, ret, params, args) GS_ID_##name,
+    GS_INTERCEPT_TABLE(GS_X_ID)
+#undef GS_X_ID
+    GS_ID_COUNT
+};
+
+typedef struct gs_intercept_row {
+    const char *name;
+    const char *base;
+    int version;
+    int ptsz;
+    int lib;
+} gs_intercept_row;
+
+/* Metadata of every row, in table order (symbol_routes.c). */
+extern const gs_intercept_row gs_intercept_rows[GS_ID_COUNT];
+/* Our wrappers: the exported one and the cuGetProcAddress-route one. */
+extern void *const gs_wrapper_exported[GS_ID_COUNT];
+extern void *const gs_wrapper_proc[GS_ID_COUNT];
+
+/* Row of an exported name, or -1 (not a hot path: dlsym only). */
+int gs_intercept_find(const char *name);
+
+#endif

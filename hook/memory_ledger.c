@@ -1,0 +1,363 @@
+/* memory_ledger: reservations against tokend + the pointer -> size map. */
+#define _GNU_SOURCE
+#include "memory_ledger.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "rpc_client.h"
+#include "token_gate.h"
+
+enum { RESERVE_WAIT_MS = 5000, RELEASE_WAIT_MS = 5000, VIEW_WAIT_MS = 2000 };
+/* cuMemGetInfo may be polled; a few ms of staleness is harmless. */
+static const uint64_t VIEW_CACHE_NS = 5000000ull;
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the map: open addressing, linear probing, backward-shift delete ---- */
+
+typedef struct map_entry {
+    uint64_t key;
+    uint64_t bytes;
+    gs_ledger_account *account;
+    int kind;          /* 0: empty */
+    bool reserved;
+} map_entry;
+
+static pthread_mutex_t map_mu = PTHREAD_MUTEX_INITIALIZER;
+static map_entry *map_slots;
+static size_t map_capacity;    /* power of two */
+static size_t map_count;
+
+static size_t map_hash(int kind, uint64_t key)
+{
+    uint64_t h = (key ^ ((uint64_t)kind << 59)) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static map_entry *map_find_locked(int kind, uint64_t key)
+{
+    if (!map_capacity)
+        return NULL;
+    size_t mask = map_capacity - 1;
+    for (size_t i = map_hash(kind, key) & mask;; i = (i + 1) & mask) {
+        map_entry *e = &map_slots[i];
+        if (!e->kind)
+            return NULL;
+        if (e->kind == kind && e->key == key)
+            return e;
+    }
+}
+
+static bool map_grow_locked(void)
+{
+    size_t cap = map_capacity ? map_capacity * 2 : 1024;
+    map_entry *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t j = 0; j < map_capacity; j++) {
+        map_entry *e = &map_slots[j];
+        if (!e->kind)
+            continue;
+        size_t i = map_hash(e->kind, e->key) & (cap - 1);
+        while (slots[i].kind)
+            i = (i + 1) & (cap - 1);
+        slots[i] = *e;
+    }
+    free(map_slots);
+    map_slots = slots;
+    map_capacity = cap;
+    return true;
+}
+
+static void map_remove_locked(map_entry *e)
+{
+    size_t mask = map_capacity - 1;
+    size_t hole = (size_t)(e - map_slots);
+    size_t i = hole;
+    for (;;) {
+        i = (i + 1) & mask;
+        if (!map_slots[i].kind)
+            break;
+        size_t home = map_hash(map_slots[i].kind, map_slots[i].key) & mask;
+        /* Move i into the hole unless its home lies cyclically in (hole, i]. */
+        bool stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+        if (!stays) {
+            map_slots[hole] = map_slots[i];
+            hole = i;
+        }
+    }
+    memset(&map_slots[hole], 0, sizeof map_slots[hole]);
+    map_count--;
+}
+
+void gs_ledger_track(int kind, uint64_t key, gs_ledger_account *a, uint64_t bytes, bool reserved)
+{
+    pthread_mutex_lock(&map_mu);
+    map_entry *e = map_find_locked(kind, key);
+    if (e) {
+        /* The driver handed out a key we still track: its free was missed.
+         * Keep counting the old reservation until the new free. */
+        GS_WARN("allocation %#llx reported again by the driver; tracking the new size %llu bytes",
+                (unsigned long long)key, (unsigned long long)bytes);
+        e->bytes += bytes;
+        pthread_mutex_unlock(&map_mu);
+        return;
+    }
+    if ((map_count + 1) * 4 > map_capacity * 3 && !map_grow_locked()) {
+        pthread_mutex_unlock(&map_mu);
+        GS_ERROR("out of host memory tracking allocation %#llx; its free will not give back %llu bytes",
+                 (unsigned long long)key, (unsigned long long)bytes);
+        return;
+    }
+    size_t mask = map_capacity - 1;
+    size_t i = map_hash(kind, key) & mask;
+    while (map_slots[i].kind)
+        i = (i + 1) & mask;
+    map_slots[i] = (map_entry){.key = key, .bytes = bytes, .account = a, .kind = kind, .reserved = reserved};
+    map_count++;
+    pthread_mutex_unlock(&map_mu);
+}
+
+bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes)
+{
+    pthread_mutex_lock(&map_mu);
+    map_entry *e = map_find_locked(kind, key);
+    if (e) {
+        if (a) *a = e->account;
+        if (bytes) *bytes = e->bytes;
+    }
+    pthread_mutex_unlock(&map_mu);
+    return e != NULL;
+}
+
+bool gs_ledger_take(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes, bool *reserved)
+{
+    pthread_mutex_lock(&map_mu);
+    map_entry *e = map_find_locked(kind, key);
+    if (e) {
+        *a = e->account;
+        *bytes = e->bytes;
+        *reserved = e->reserved;
+        map_remove_locked(e);
+    }
+    pthread_mutex_unlock(&map_mu);
+    return e != NULL;
+}
+
+/* ---- accounts ---- */
+
+void gs_ledger_account_init(gs_ledger_account *a, struct gs_rpc *rpc, struct gs_gate *gate, const char *label)
+{
+    memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->mu, NULL);
+    a->rpc = rpc;
+    a->gate = gate;
+    a->label = label;
+}
+
+void gs_ledger_flush(gs_ledger_account *a)
+{
+    pthread_mutex_lock(&a->mu);
+    uint64_t bytes = a->pending_release;
+    a->pending_release = 0;
+    pthread_mutex_unlock(&a->mu);
+    if (!bytes)
+        return;
+    uint64_t used = 0, quota = 0;
+    int rc = gs_rpc_release_memory(a->rpc, bytes, RELEASE_WAIT_MS, &used, &quota);
+    pthread_mutex_lock(&a->mu);
+    if (rc == GS_RPC_OK) {
+        a->n_flushes++;
+        a->bytes_released += bytes;
+        a->view_valid = false;
+    } else if (rc < 0) {
+        /* Transport trouble: keep it pending. After a reconnect the
+         * re-attach declares only what is held, so it is settled then. */
+        a->pending_release += bytes;
+        GS_DEBUG("ReleaseMemory(%llu) failed (%d: %s); kept pending", (unsigned long long)bytes, rc,
+                 gs_rpc_last_error());
+    } else {
+        GS_WARN("tokend refused ReleaseMemory(%llu bytes): %d %s", (unsigned long long)bytes, rc,
+                gs_rpc_last_error());
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes)
+{
+    if (!bytes)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->held = a->held > bytes ? a->held - bytes : 0;
+    a->pending_release += bytes;
+    a->view_valid = false;
+    pthread_mutex_unlock(&a->mu);
+    if (a->gate)
+        gs_gate_kick_service(a->gate);
+    else
+        gs_ledger_flush(a);
+}
+
+int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
+{
+    const gs_config *cfg = gs_config_get();
+    if (bytes == 0)
+        return GS_RESERVE_GRANTED;   /* the driver rejects size 0 itself */
+    uint64_t deadline = monotonic_ns() + (uint64_t)cfg->daemon_wait_ms * 1000000ull;
+    bool flushed = false, loss_logged = false, waited_quietly = false;
+    for (;;) {
+        bool granted = false;
+        uint64_t used = 0, quota = 0;
+        int rc = gs_rpc_reserve(a->rpc, bytes, RESERVE_WAIT_MS, &granted, &used, &quota);
+        if (rc == GS_RPC_OK && granted) {
+            pthread_mutex_lock(&a->mu);
+            a->held += bytes;
+            a->n_reserved++;
+            a->view_valid = false;
+            pthread_mutex_unlock(&a->mu);
+            if (loss_logged)
+                GS_WARN("tokend at %s is back; %s of %llu bytes reserved", a->label, what,
+                        (unsigned long long)bytes);
+            return GS_RESERVE_GRANTED;
+        }
+        if (rc == GS_RPC_OK) {
+            pthread_mutex_lock(&a->mu);
+            bool pending = a->pending_release > 0;
+            pthread_mutex_unlock(&a->mu);
+            if (pending && !flushed) {
+                /* Our own frees may not have reached tokend yet. */
+                flushed = true;
+                gs_ledger_flush(a);
+                continue;
+            }
+            pthread_mutex_lock(&a->mu);
+            a->n_refused++;
+            pthread_mutex_unlock(&a->mu);
+            GS_WARN("%s of %llu bytes refused: group %s memory quota %llu bytes, used %llu, requested %llu "
+                    "(CUDA_ERROR_OUT_OF_MEMORY)", what, (unsigned long long)bytes, cfg->group,
+                    (unsigned long long)quota, (unsigned long long)used, (unsigned long long)bytes);
+            return GS_RESERVE_REFUSED;
+        }
+        /* tokend did not answer (or forgot us mid-restart). A fresh
+         * process may just not be attached yet: wait a moment quietly. */
+        if (rc == GS_RPC_UNAVAILABLE && !waited_quietly) {
+            waited_quietly = true;
+            if (gs_rpc_wait_attached(a->rpc, 2000, NULL))
+                continue;
+        }
+        if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN) {
+            GS_ERROR("tokend unreachable at %s (%d: %s); GSLICE_ON_DAEMON_LOSS=open: %s of %llu bytes "
+                     "allowed UNMETERED", a->label, rc, gs_rpc_last_error(), what, (unsigned long long)bytes);
+            return GS_RESERVE_UNMETERED;
+        }
+        uint64_t now = monotonic_ns();
+        if (now >= deadline) {
+            GS_ERROR("tokend unreachable at %s for %d ms (GSLICE_DAEMON_WAIT_MS; last: %d %s); "
+                     "%s of %llu bytes fails with CUDA_ERROR_OUT_OF_MEMORY", a->label, cfg->daemon_wait_ms,
+                     rc, gs_rpc_last_error(), what, (unsigned long long)bytes);
+            return GS_RESERVE_UNAVAILABLE;
+        }
+        if (!loss_logged) {
+            loss_logged = true;
+            GS_WARN("tokend unreachable at %s (%d: %s); %s of %llu bytes waits up to %d ms for it", a->label,
+                    rc, gs_rpc_last_error(), what, (unsigned long long)bytes, cfg->daemon_wait_ms);
+        }
+        uint64_t left_ms = (deadline - now) / 1000000ull;
+        if (gs_rpc_wait_attached(a->rpc, (int)(left_ms < 200 ? left_ms + 1 : 200), NULL))
+            usleep(10000);
+    }
+}
+
+bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint64_t *physical)
+{
+    uint64_t now = monotonic_ns();
+    pthread_mutex_lock(&a->mu);
+    bool fresh = a->view_valid && now - a->view_at_ns < VIEW_CACHE_NS;
+    bool pending = a->pending_release > 0;
+    if (fresh) {
+        *quota = a->view_quota;
+        *used = a->view_used;
+        *physical = a->view_physical;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (fresh)
+        return true;
+    if (pending)
+        gs_ledger_flush(a);
+    uint64_t q = 0, u = 0, p = 0;
+    int rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);
+    if (rc == GS_RPC_UNAVAILABLE && gs_rpc_wait_attached(a->rpc, VIEW_WAIT_MS, NULL))
+        rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);   /* first query of a fresh process */
+    if (rc != GS_RPC_OK) {
+        GS_DEBUG("GetMemoryInfo failed (%d: %s); reporting the driver's numbers", rc, gs_rpc_last_error());
+        return false;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->view_quota = q;
+    a->view_used = u;
+    a->view_physical = p;
+    a->view_at_ns = monotonic_ns();
+    a->view_valid = true;
+    pthread_mutex_unlock(&a->mu);
+    *quota = q;
+    *used = u;
+    *physical = p;
+    return true;
+}
+
+uint64_t gs_ledger_redeclare(gs_ledger_account *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->pending_release = 0;
+    a->view_valid = false;
+    uint64_t held = a->held;
+    pthread_mutex_unlock(&a->mu);
+    return held;
+}
+
+void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&a->mu);
+    out->held = a->held;
+    out->pending_release = a->pending_release;
+    out->reservations = a->n_reserved;
+    out->refusals = a->n_refused;
+    out->flushes = a->n_flushes;
+    out->bytes_released = a->bytes_released;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&map_mu);
+    for (size_t i = 0; i < map_capacity; i++)
+        if (map_slots[i].kind && map_slots[i].account == a)
+            out->tracked_entries++;
+    pthread_mutex_unlock(&map_mu);
+}
+
+void gs_ledger_fork_prepare(void) { pthread_mutex_lock(&map_mu); }
+void gs_ledger_fork_parent(void) { pthread_mutex_unlock(&map_mu); }
+
+void gs_ledger_fork_child(void)
+{
+    if (map_slots)
+        memset(map_slots, 0, map_capacity * sizeof *map_slots);
+    map_count = 0;
+    pthread_mutex_unlock(&map_mu);
+}
+
+void gs_ledger_account_fork_child(gs_ledger_account *a)
+{
+    pthread_mutex_init(&a->mu, NULL);
+    a->held = 0;
+    a->pending_release = 0;
+    a->view_valid = false;
+}

@@ -1,0 +1,524 @@
+/* overrides: the exported entry points, thin, generated from
+ * intercept_table.h. Each row yields the exported wrapper (calls the
+ * pointer dlsym'd from the real library) and a hidden twin for the
+ * cuGetProcAddress route (calls the pointer the real cuGetProcAddress
+ * answered); both run the same impl_* core below, which forwards to the
+ * token gate (launches) or the memory ledger (allocations, frees,
+ * queries). */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "config.h"
+#include "device_slot.h"
+#include "intercept_table.h"
+#include "log.h"
+#include "memory_ledger.h"
+#include "real_driver.h"
+#include "shim.h"
+#include "token_gate.h"
+
+#define GS_UNPAREN(...) __VA_ARGS__
+
+/* Function pointer type of every row: gs_pfn_<name>. */
+#define GS_X_PFN(name, base, version, ptsz, lib, path, impl, ret, params, args) typedef ret(*gs_pfn_##name) params;
+GS_INTERCEPT_TABLE(GS_X_PFN)
+#undef GS_X_PFN
+
+static inline void *real_cuda(void *const *slot)
+{
+    void *p = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (__builtin_expect(p == NULL, 0) && gs_real_cuda_load())
+        p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return p;
+}
+
+static inline void *real_nvml(void *const *slot)
+{
+    void *p = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (__builtin_expect(p == NULL, 0) && gs_real_nvml_load())
+        p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return p;
+}
+
+/* ---------------- launches: the token gate ---------------- */
+
+/* The slow path of a launch (the inline fast path is in the generated
+ * wrapper below, so it needs no stack frame and ends in a tail jump). */
+#define GS_LAUNCH_CORE(pfn_type, stream, call_args)                                   \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                     \
+    if (!fn)                                                                          \
+        return CUDA_ERROR_NOT_INITIALIZED;                                            \
+    gs_launch_ticket ticket;                                                          \
+    gs_launch_begin(&ticket);                                                         \
+    CUresult rc = fn call_args;                                                       \
+    if (ticket.checkpoint)                                                            \
+        gs_launch_end(&ticket, (stream), ptsz, rc);                                   \
+    return rc;
+
+static inline CUresult impl_launch_kernel(void *const *real_slot, int ptsz, CUfunction f, unsigned int gridDimX,
+                                          unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
+                                          unsigned int blockDimY, unsigned int blockDimZ,
+                                          unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                                          void **extra)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernel, hStream, GS_LAUNCH_ARGS)
+}
+
+static inline CUresult impl_launch_kernel_ex(void *const *real_slot, int ptsz, const CUlaunchConfig *config,
+                                             CUfunction f, void **kernelParams, void **extra)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernelEx, config ? config->hStream : NULL, (config, f, kernelParams, extra))
+}
+
+static inline CUresult impl_launch_cooperative(void *const *real_slot, int ptsz, CUfunction f,
+                                               unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX,
+                                               unsigned int blockDimY, unsigned int blockDimZ,
+                                               unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchCooperativeKernel, hStream, GS_COOP_ARGS)
+}
+
+static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgraphExec hGraphExec,
+                                         CUstream hStream)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+}
+
+/* ---------------- allocations: reserve first, then the real call ---------------- */
+
+/* Reserve for an allocation; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
+static bool alloc_reserve(gs_slot **slot, uint64_t bytes, const char *what, bool *reserved)
+{
+    *reserved = false;
+    *slot = gs_shim_slot_for_allocation();
+    if (!*slot)
+        return true;
+    int r = gs_ledger_reserve(&(*slot)->ledger, bytes, what);
+    if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE)
+        return false;
+    *reserved = r == GS_RESERVE_GRANTED;
+    return true;
+}
+
+/* After the real call: track it, or give the reservation back. */
+static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key, uint64_t bytes, bool reserved)
+{
+    if (!slot)
+        return rc;
+    if (rc != CUDA_SUCCESS) {
+        if (reserved)
+            gs_ledger_give_back(&slot->ledger, bytes);
+        return rc;
+    }
+    gs_ledger_track(kind, key, &slot->ledger, bytes, reserved);
+    return rc;
+}
+
+#define GS_ALLOC_CORE(pfn_type, what, bytes, call_args, kind, key_expr)                \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    gs_slot *slot;                                                                     \
+    bool reserved;                                                                     \
+    uint64_t want = (bytes);                                                           \
+    if (!alloc_reserve(&slot, want, what, &reserved))                                  \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                               \
+    CUresult rc = fn call_args;                                                        \
+    return alloc_finish(slot, rc, kind, rc == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0, want, reserved);
+
+static inline CUresult impl_mem_alloc_v1(void *const *real_slot, int ptsz, unsigned int *dptr,
+                                         unsigned int bytesize)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemAlloc, "cuMemAlloc", bytesize, (dptr, bytesize), GS_ALLOC_DEVICE_PTR, *dptr)
+}
+
+static inline CUresult impl_mem_alloc(void *const *real_slot, int ptsz, CUdeviceptr *dptr, size_t bytesize)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemAlloc_v2, "cuMemAlloc", bytesize, (dptr, bytesize), GS_ALLOC_DEVICE_PTR, *dptr)
+}
+
+static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
+                                              size_t bytesize, unsigned int flags)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemAllocManaged, "cuMemAllocManaged", bytesize, (dptr, bytesize, flags),
+                  GS_ALLOC_DEVICE_PTR, *dptr)
+}
+
+static inline CUresult impl_mem_alloc_async(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
+                                            size_t bytesize, CUstream hStream)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemAllocAsync, "cuMemAllocAsync", bytesize, (dptr, bytesize, hStream),
+                  GS_ALLOC_DEVICE_PTR, *dptr)
+}
+
+static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
+                                                size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", bytesize,
+                  (dptr, bytesize, pool, hStream), GS_ALLOC_DEVICE_PTR, *dptr)
+}
+
+static inline CUresult impl_mem_create(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
+                                       size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMemCreate, "cuMemCreate", size, (handle, size, prop, flags), GS_ALLOC_VMM_HANDLE,
+                  *handle)
+}
+
+static uint64_t array_bytes(size_t width, size_t height, size_t depth, unsigned int channels,
+                            CUarray_format format)
+{
+    uint64_t h = height ? height : 1, d = depth ? depth : 1;
+    return (uint64_t)width * h * d * channels * cuda_abi_format_bytes(format);
+}
+
+static inline CUresult impl_array_create(void *const *real_slot, int ptsz, CUarray *pHandle,
+                                         const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuArrayCreate_v2, "cuArrayCreate",
+                  desc ? array_bytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format) : 0,
+                  (pHandle, desc), GS_ALLOC_ARRAY, (uintptr_t)*pHandle)
+}
+
+static inline CUresult impl_array3d_create(void *const *real_slot, int ptsz, CUarray *pHandle,
+                                           const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuArray3DCreate_v2, "cuArray3DCreate",
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format) : 0,
+                  (pHandle, desc), GS_ALLOC_ARRAY, (uintptr_t)*pHandle)
+}
+
+/* Every level of the mip chain, each dimension halving down to 1. */
+static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels)
+{
+    if (!desc)
+        return 0;
+    uint64_t total = 0;
+    size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+    for (unsigned int i = 0; i < (levels ? levels : 1) && i < 64; i++) {
+        total += array_bytes(w, h, d, desc->NumChannels, desc->Format);
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    return total;
+}
+
+static inline CUresult impl_mipmapped_array_create(void *const *real_slot, int ptsz, CUmipmappedArray *pHandle,
+                                                   const CUDA_ARRAY3D_DESCRIPTOR *pDesc,
+                                                   unsigned int numMipmapLevels)
+{
+    (void)ptsz;
+    GS_ALLOC_CORE(gs_pfn_cuMipmappedArrayCreate, "cuMipmappedArrayCreate", mipmapped_bytes(pDesc, numMipmapLevels),
+                  (pHandle, pDesc, numMipmapLevels), GS_ALLOC_MIPMAPPED, (uintptr_t)*pHandle)
+}
+
+/* Pitch is known only after the call: reserve the worst case (rows
+ * rounded up to 512 bytes), then settle on pitch x Height. */
+static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CUdeviceptr *dptr, size_t *pPitch,
+                                            size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
+{
+    (void)ptsz;
+    gs_pfn_cuMemAllocPitch_v2 fn = (gs_pfn_cuMemAllocPitch_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    gs_slot *slot;
+    bool reserved;
+    uint64_t worst = ((uint64_t)WidthInBytes + 511u) / 512u * 512u * (uint64_t)Height;
+    if (!alloc_reserve(&slot, worst, "cuMemAllocPitch", &reserved))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (rc != CUDA_SUCCESS || !slot)
+        return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved);
+    uint64_t actual = (uint64_t)*pPitch * (uint64_t)Height;
+    if (reserved && actual < worst) {
+        gs_ledger_give_back(&slot->ledger, worst - actual);
+    } else if (reserved && actual > worst) {
+        int r = gs_ledger_reserve(&slot->ledger, actual - worst, "cuMemAllocPitch (pitch above 512-byte rows)");
+        if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE) {
+            gs_pfn_cuMemFree_v2 free_fn = (gs_pfn_cuMemFree_v2)real_cuda(&gs_real_exported[GS_ID_cuMemFree_v2]);
+            if (free_fn)
+                free_fn(*dptr);
+            gs_ledger_give_back(&slot->ledger, worst);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    gs_ledger_track(GS_ALLOC_DEVICE_PTR, *dptr, &slot->ledger, reserved ? actual : worst, reserved);
+    return rc;
+}
+
+/* ---------------- frees: forget first, give back after ---------------- */
+
+/* Untrack before the real free: once the driver frees, it may hand the
+ * same address to another thread, whose tracking must not be undone by
+ * ours. An unknown key releases nothing and goes to the driver untouched. */
+#define GS_FREE_CORE(pfn_type, kind, key, call_args)                                   \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    if (!gs_shim_metered())                                                            \
+        return fn call_args;                                                           \
+    gs_ledger_account *account = NULL;                                                 \
+    uint64_t bytes = 0;                                                                \
+    bool reserved = false;                                                             \
+    bool known = gs_ledger_take(kind, (uint64_t)(key), &account, &bytes, &reserved);   \
+    CUresult rc = fn call_args;                                                        \
+    if (known && rc == CUDA_SUCCESS && reserved)                                       \
+        gs_ledger_give_back(account, bytes);                                           \
+    else if (known && rc != CUDA_SUCCESS)                                              \
+        gs_ledger_track(kind, (uint64_t)(key), account, bytes, reserved);              \
+    return rc;
+
+static inline CUresult impl_mem_free_v1(void *const *real_slot, int ptsz, unsigned int dptr)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuMemFree, GS_ALLOC_DEVICE_PTR, dptr, (dptr))
+}
+
+static inline CUresult impl_mem_free(void *const *real_slot, int ptsz, CUdeviceptr dptr)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuMemFree_v2, GS_ALLOC_DEVICE_PTR, dptr, (dptr))
+}
+
+static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUdeviceptr dptr, CUstream hStream)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuMemFreeAsync, GS_ALLOC_DEVICE_PTR, dptr, (dptr, hStream))
+}
+
+static inline CUresult impl_mem_release(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle handle)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuMemRelease, GS_ALLOC_VMM_HANDLE, handle, (handle))
+}
+
+static inline CUresult impl_array_destroy(void *const *real_slot, int ptsz, CUarray hArray)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuArrayDestroy, GS_ALLOC_ARRAY, (uintptr_t)hArray, (hArray))
+}
+
+static inline CUresult impl_mipmapped_array_destroy(void *const *real_slot, int ptsz, CUmipmappedArray h)
+{
+    (void)ptsz;
+    GS_FREE_CORE(gs_pfn_cuMipmappedArrayDestroy, GS_ALLOC_MIPMAPPED, (uintptr_t)h, (h))
+}
+
+/* ---------------- memory queries: the group's view ---------------- */
+
+/* total = min(quota, physical); free = total - used, floored at 0 and
+ * never above what the driver says is really free. */
+static bool group_view(gs_slot *slot, uint64_t real_total, uint64_t real_free, uint64_t *total, uint64_t *free_out,
+                       uint64_t *used_out)
+{
+    uint64_t quota, used, physical;
+    if (!slot || !gs_ledger_view(&slot->ledger, &quota, &used, &physical))
+        return false;
+    uint64_t limit = quota && quota < real_total ? quota : real_total;
+    uint64_t left = limit > used ? limit - used : 0;
+    *total = limit;
+    *free_out = left < real_free ? left : real_free;
+    if (used_out)
+        *used_out = used;
+    return true;
+}
+
+static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)ptsz;
+    gs_pfn_cuMemGetInfo_v2 fn = (gs_pfn_cuMemGetInfo_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(free_bytes, total_bytes);
+    if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
+        return rc;
+    uint64_t total, left;
+    if (group_view(gs_slot_for_current_context(NULL), *total_bytes, *free_bytes, &total, &left, NULL)) {
+        *total_bytes = (size_t)total;
+        *free_bytes = (size_t)left;
+    }
+    return rc;
+}
+
+static inline CUresult impl_mem_get_info_v1(void *const *real_slot, int ptsz, unsigned int *free_bytes,
+                                            unsigned int *total_bytes)
+{
+    (void)ptsz;
+    gs_pfn_cuMemGetInfo fn = (gs_pfn_cuMemGetInfo)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(free_bytes, total_bytes);
+    if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
+        return rc;
+    uint64_t total, left;
+    if (group_view(gs_slot_for_current_context(NULL), *total_bytes, *free_bytes, &total, &left, NULL)) {
+        *total_bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
+        *free_bytes = left > UINT_MAX ? UINT_MAX : (unsigned int)left;
+    }
+    return rc;
+}
+
+static inline CUresult impl_device_total_mem(void *const *real_slot, int ptsz, size_t *bytes, CUdevice dev)
+{
+    (void)ptsz;
+    gs_pfn_cuDeviceTotalMem_v2 fn = (gs_pfn_cuDeviceTotalMem_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(bytes, dev);
+    if (rc != CUDA_SUCCESS || !bytes || !gs_shim_metered())
+        return rc;
+    uint64_t total, left;
+    if (group_view(gs_slot_for_device(dev), *bytes, *bytes, &total, &left, NULL))
+        *bytes = (size_t)total;
+    return rc;
+}
+
+static inline CUresult impl_device_total_mem_v1(void *const *real_slot, int ptsz, unsigned int *bytes, CUdevice dev)
+{
+    (void)ptsz;
+    gs_pfn_cuDeviceTotalMem fn = (gs_pfn_cuDeviceTotalMem)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(bytes, dev);
+    if (rc != CUDA_SUCCESS || !bytes || !gs_shim_metered())
+        return rc;
+    uint64_t total, left;
+    if (group_view(gs_slot_for_device(dev), *bytes, *bytes, &total, &left, NULL))
+        *bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
+    return rc;
+}
+
+static inline nvmlReturn_t impl_nvml_memory_info(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                                 nvmlMemory_t *memory)
+{
+    (void)ptsz;
+    gs_pfn_nvmlDeviceGetMemoryInfo fn = (gs_pfn_nvmlDeviceGetMemoryInfo)real_nvml(real_slot);
+    if (!fn)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = fn(device, memory);
+    if (rc != NVML_SUCCESS || !memory || !gs_shim_metered())
+        return rc;
+    uint64_t total, left, used;
+    if (group_view(gs_slot_for_nvml_device(device), memory->total, memory->free, &total, &left, &used)) {
+        memory->total = total;
+        memory->free = left;
+        memory->used = used < total ? used : total;
+    }
+    return rc;
+}
+
+static inline nvmlReturn_t impl_nvml_memory_info_v2(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                                    nvmlMemory_v2_t *memory)
+{
+    (void)ptsz;
+    gs_pfn_nvmlDeviceGetMemoryInfo_v2 fn = (gs_pfn_nvmlDeviceGetMemoryInfo_v2)real_nvml(real_slot);
+    if (!fn)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = fn(device, memory);
+    if (rc != NVML_SUCCESS || !memory || !gs_shim_metered())
+        return rc;
+    uint64_t total, left, used;
+    if (group_view(gs_slot_for_nvml_device(device), memory->total, memory->free, &total, &left, &used)) {
+        memory->total = total;
+        memory->reserved = 0;   /* the group's view has no driver-reserved part */
+        memory->free = left;
+        memory->used = used < total ? used : total;
+    }
+    return rc;
+}
+
+/* ---------------- cuGetProcAddress: the runtime's route ---------------- */
+
+void *gs_route_proc_address(const char *symbol, void *fn, int cuda_version, cuuint64_t flags);
+
+static inline CUresult impl_get_proc_address_v1(void *const *real_slot, int ptsz, const char *symbol, void **pfn,
+                                                int cudaVersion, cuuint64_t flags)
+{
+    (void)ptsz;
+    gs_pfn_cuGetProcAddress fn = (gs_pfn_cuGetProcAddress)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS && symbol && pfn && *pfn)
+        *pfn = gs_route_proc_address(symbol, *pfn, cudaVersion, flags);
+    return rc;
+}
+
+static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, const char *symbol, void **pfn,
+                                             int cudaVersion, cuuint64_t flags,
+                                             CUdriverProcAddressQueryResult *symbolStatus)
+{
+    (void)ptsz;
+    gs_pfn_cuGetProcAddress_v2 fn = (gs_pfn_cuGetProcAddress_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS && symbol && pfn && *pfn)
+        *pfn = gs_route_proc_address(symbol, *pfn, cudaVersion, flags);
+    return rc;
+}
+
+/* ---------------- the generated wrappers ---------------- */
+
+#define GS_WRAP_PLAIN(name, ptsz, impl, ret, params, args)                            \
+    GS_EXPORT ret name params                                                           \
+    {                                                                                   \
+        return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
+    }                                                                                   \
+    static ret gs_proc_##name params                                                    \
+    {                                                                                   \
+        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
+    }
+
+/* Fast path: real pointer loaded, gate open for this thread's slice ->
+ * tail-jump to the driver. Anything else -> the slow twin (same
+ * signature, so that is a tail jump too). */
+#define GS_WRAP_FAST(name, ptsz, impl, ret, params, args)                             \
+    static __attribute__((noinline, cold)) ret gs_slow_##name params                    \
+    {                                                                                   \
+        return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
+    }                                                                                   \
+    static __attribute__((noinline, cold)) ret gs_proc_slow_##name params               \
+    {                                                                                   \
+        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
+    }                                                                                   \
+    GS_EXPORT ret name params                                                           \
+    {                                                                                   \
+        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_exported[GS_ID_##name], __ATOMIC_RELAXED); \
+        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+            return fn args;                                                             \
+        return gs_slow_##name args;                                                     \
+    }                                                                                   \
+    static ret gs_proc_##name params                                                    \
+    {                                                                                   \
+        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_proc[GS_ID_##name], __ATOMIC_RELAXED); \
+        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+            return fn args;                                                             \
+        return gs_proc_slow_##name args;                                                \
+    }
+
+#define GS_X_WRAPPERS(name, base, version, ptsz, lib, path, impl, ret, params, args)     \
+    GS_WRAP_##path(name, ptsz, impl, ret, params, args)
+GS_INTERCEPT_TABLE(GS_X_WRAPPERS)
+#undef GS_X_WRAPPERS
+
+#define GS_X_EXPORTED(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)name,
+void *const gs_wrapper_exported[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_EXPORTED)};
+#undef GS_X_EXPORTED
+
+#define GS_X_PROC(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)gs_proc_##name,
+void *const gs_wrapper_proc[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_PROC)};
+#undef GS_X_PROC

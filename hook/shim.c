@@ -1,0 +1,117 @@
+/* shim: lazy initialisation, fork and exit handling, launch slow path.
+ *
+ * Preloaded into every process of a container, the shim does nothing at
+ * load time: the first intercepted CUDA/NVML call reads the config and
+ * loads the real driver; the first metered call connects to tokend. */
+#define _GNU_SOURCE
+#include "shim.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "log.h"
+#include "memory_ledger.h"
+#include "real_driver.h"
+
+static pthread_once_t shim_once = PTHREAD_ONCE_INIT;
+static bool shim_metered;
+static _Atomic int shim_started;
+
+/* Launches the current checkpoint of this thread closes. */
+static __thread uint32_t tls_launches_armed __attribute__((tls_model("initial-exec")));
+
+static void fork_prepare(void)
+{
+    gs_slots_fork_prepare();
+    gs_ledger_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+    gs_ledger_fork_parent();
+    gs_slots_fork_parent();
+}
+
+static void fork_child(void)
+{
+    gs_ledger_fork_child();
+    gs_slots_fork_child();
+    gs_tls_generation = UINT32_MAX;
+    gs_tls_countdown = 0;
+}
+
+static void shim_init(void)
+{
+    const gs_config *cfg = gs_config_get();
+    shim_metered = cfg->metered;
+    if (cfg->disabled) {
+        GS_INFO("GSLICE_DISABLE is set: CUDA calls pass through unmetered");
+    } else if (!cfg->metered) {
+        GS_INFO("GSLICE_GROUP is not set: CUDA calls pass through unmetered");
+    }
+    if (!shim_metered) {
+        __atomic_store_n(&gs_fast_gate, &gs_gate_passthrough, __ATOMIC_RELEASE);
+    } else {
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
+    }
+    atomic_store(&shim_started, 1);
+}
+
+bool gs_shim_metered(void)
+{
+    if (__builtin_expect(!atomic_load_explicit(&shim_started, memory_order_acquire), 0))
+        pthread_once(&shim_once, shim_init);
+    return shim_metered;
+}
+
+void gs_launch_begin(gs_launch_ticket *t)
+{
+    t->gate = NULL;
+    t->checkpoint = false;
+    t->launches = 0;
+    if (!gs_shim_metered() || !gs_real_cuda_load()) {
+        gs_tls_generation = GS_GATE_PASSTHROUGH_GENERATION;
+        gs_tls_countdown = INT32_MAX / 2;
+        return;
+    }
+    CUcontext ctx = NULL;
+    gs_slot *slot = gs_slot_for_current_context(&ctx);
+    if (!slot)
+        return;   /* no context or no tokend client: the driver decides */
+    gs_gate *g = &slot->gate;
+    uint32_t open = atomic_load_explicit(&g->open, memory_order_acquire);
+    bool same_slice = open != 0 && open == gs_tls_generation;
+    /* Several GPUs: the inline path always misses, so do its job here. */
+    if (same_slice && --gs_tls_countdown > 0) {
+        if (!atomic_load_explicit(&g->activity, memory_order_relaxed))
+            atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
+        return;
+    }
+    uint32_t closing = tls_launches_armed;
+    gs_gate_enter(g, ctx, t);
+    tls_launches_armed = t->launches;
+    t->checkpoint = same_slice;      /* the countdown ran out in this slice */
+    t->launches = closing ? closing : 1;
+}
+
+void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
+{
+    if (t->gate && t->checkpoint && rc == CUDA_SUCCESS)
+        gs_gate_checkpoint(t->gate, stream, ptsz, t->launches);
+}
+
+gs_slot *gs_shim_slot_for_allocation(void)
+{
+    if (!gs_shim_metered())
+        return NULL;
+    return gs_slot_for_current_context(NULL);
+}
+
+__attribute__((destructor)) static void shim_exit(void)
+{
+    /* No driver calls here: libcuda may already be finalised. Detach
+     * (inside gs_rpc_stop) gives the token and all memory back. */
+    if (atomic_load(&shim_started) && shim_metered)
+        gs_slots_shutdown();
+}

@@ -1,0 +1,60 @@
+/* shim_api: read-only views of the shim's state for tests and tools. */
+#include "shim_api.h"
+
+#include <string.h>
+
+#include "config.h"
+#include "device_slot.h"
+#include "intercept_table.h"
+#include "memory_ledger.h"
+#include "shim.h"
+
+GS_EXPORT const char *gslice_version(void) { return "gslice-shim 0.1.0"; }
+
+GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->metered = gs_config_get()->metered;
+    out->slots = gs_slot_count();
+    gs_slot *s = gs_slot_at(0);
+    if (!s)
+        return -1;
+    gs_gate_stats g;
+    gs_gate_get_stats(&s->gate, &g);
+    out->gate_state = g.state;
+    out->checkpoint_interval = g.interval;
+    out->quantum_us = g.quantum_us;
+    out->tokens_acquired = g.tokens_acquired;
+    out->tokens_released = g.tokens_released;
+    out->idle_releases = g.idle_releases;
+    out->revokes = g.revokes;
+    out->checkpoints = g.checkpoints;
+    out->checkpoint_waits = g.checkpoint_waits;
+    out->slow_entries = g.slow_entries;
+    out->used_us = g.used_us;
+    out->overrun_us = g.overrun_us;
+    out->daemon_losses = g.daemon_losses;
+    gs_ledger_stats l;
+    gs_ledger_get_stats(&s->ledger, &l);
+    out->memory_held = l.held;
+    out->memory_pending_release = l.pending_release;
+    out->tracked_allocations = l.tracked_entries;
+    out->reservations = l.reservations;
+    out->refusals = l.refusals;
+    out->release_flushes = l.flushes;
+    out->bytes_released = l.bytes_released;
+    return 0;
+}
+
+GS_EXPORT uint64_t gslice_ledger_lookup_ptr(uint64_t dptr)
+{
+    uint64_t bytes = 0;
+    return gs_ledger_lookup(GS_ALLOC_DEVICE_PTR, dptr, NULL, &bytes) ? bytes : 0;
+}
+
+GS_EXPORT int gslice_intercept_count(void) { return GS_ID_COUNT; }
+
+GS_EXPORT const char *gslice_intercept_name(int i)
+{
+    return i >= 0 && i < GS_ID_COUNT ? gs_intercept_rows[i].name : NULL;
+}

@@ -1,0 +1,30 @@
+/* shim_api: the shim's own C API (gslice_*), exported for tests and
+ * tools (the cffi module gslice._shim_api wraps it). Not for applications. */
+#ifndef GSLICE_SHIM_API_H
+#define GSLICE_SHIM_API_H
+
+#include <stdint.h>
+
+typedef struct gslice_shim_stats {
+    int metered;                 /* GSLICE_GROUP set and not disabled */
+    int slots;                   /* tokend connections */
+    int gate_state;              /* slot 0: enum gs_gate_state */
+    int32_t checkpoint_interval; /* launches per checkpoint */
+    uint32_t quantum_us;
+    uint64_t tokens_acquired, tokens_released, idle_releases, revokes;
+    uint64_t checkpoints, checkpoint_waits, slow_entries;
+    uint64_t used_us, overrun_us, daemon_losses;
+    uint64_t memory_held, memory_pending_release, tracked_allocations;
+    uint64_t reservations, refusals, release_flushes, bytes_released;
+} gslice_shim_stats;
+
+const char *gslice_version(void);
+/* Fills *out for slot 0 (the only one in single-socket mode); 0 ok, -1 none yet. */
+int gslice_shim_stats_get(gslice_shim_stats *out);
+/* Bytes the ledger tracks for a device pointer, 0 when unknown. */
+uint64_t gslice_ledger_lookup_ptr(uint64_t dptr);
+/* Number of rows in the intercept table and the exported name of row i. */
+int gslice_intercept_count(void);
+const char *gslice_intercept_name(int i);
+
+#endif

@@ -1,0 +1,541 @@
+/* token_gate: slow path, gate keeper thread and checkpoints.
+ * See token_gate.h for the design; nothing here runs on the fast path. */
+#define _GNU_SOURCE
+#include "token_gate.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "real_driver.h"
+#include "rpc_client.h"
+
+gs_gate gs_gate_passthrough = {.open = GS_GATE_PASSTHROUGH_GENERATION, .interval = INT32_MAX / 2};
+gs_gate gs_gate_closed = {.open = 0, .interval = 1};
+gs_gate *gs_fast_gate = &gs_gate_closed;
+
+/* UINT32_MAX is never a generation, so a fresh thread always starts on the
+ * slow path (which registers its context). */
+__thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec"))) = UINT32_MAX;
+__thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+
+static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
+
+/* AcquireToken: the daemon's wait, and ours a little longer. */
+enum { ACQUIRE_TIMEOUT_MS = 10000, ACQUIRE_WAIT_MS = 12000, RELEASE_WAIT_MS = 5000 };
+enum { GRPC_DEADLINE_EXCEEDED = 4 };
+
+uint32_t gs_gate_next_generation(void)
+{
+    uint32_t gen;
+    do
+        gen = atomic_fetch_add_explicit(&generation_source, 1, memory_order_relaxed);
+    while (gen <= GS_GATE_PASSTHROUGH_GENERATION || gen == UINT32_MAX);
+    return gen;
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void wait_until_ns(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void init_conds(gs_gate *g)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->changed, &attr);
+    pthread_cond_init(&g->keeper_wake, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
+                  void (*service)(void *ctx), void *service_ctx)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_mutex_init(&g->checkpoint_mu, NULL);
+    init_conds(g);
+    atomic_store(&g->interval, 64);
+    g->rpc = rpc;
+    g->label = label;
+    g->service = service;
+    g->service_ctx = service_ctx;
+    g->last_done = -1;
+}
+
+/* Idle check period: max(2 ms, quantum / 4). */
+static uint64_t idle_period_ns(const gs_gate *g)
+{
+    uint64_t quarter = (uint64_t)g->quantum_us * 250ull;
+    return quarter > 2000000ull ? quarter : 2000000ull;
+}
+
+static void *keeper_main(void *arg);
+
+static void ensure_keeper_locked(gs_gate *g)
+{
+    if (g->keeper_running || g->stopping)
+        return;
+    /* The keeper must never take the application's signals. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&g->keeper, NULL, keeper_main, g);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        GS_ERROR("cannot start the gate keeper thread (error %d); slices end only when launches block", rc);
+        return;
+    }
+    pthread_detach(g->keeper);
+    g->keeper_running = true;
+}
+
+static void remember_context_locked(gs_gate *g, CUcontext ctx)
+{
+    if (!ctx)
+        return;
+    for (int i = 0; i < g->n_contexts; i++)
+        if (g->contexts[i] == ctx)
+            return;
+    if (g->n_contexts < GS_GATE_MAX_CONTEXTS)
+        g->contexts[g->n_contexts++] = ctx;
+    else
+        GS_WARN("more than %d contexts launched in one slice; context %p is not synchronised at slice end",
+                GS_GATE_MAX_CONTEXTS, (void *)ctx);
+}
+
+static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us)
+{
+    uint64_t now = monotonic_ns();
+    g->state = GS_GATE_HOLDING;
+    g->token_id = token_id;
+    g->quantum_us = quantum_us ? quantum_us : 1000;
+    g->grant_ns = now;
+    g->next_idle_check_ns = now + idle_period_ns(g);
+    g->revoke_pending = token_id != 0 && g->revoked_before_grant == token_id;
+    g->revoked_before_grant = 0;
+    g->token_lost = false;
+    atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
+    atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
+    atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_cond_broadcast(&g->changed);
+}
+
+/* tokend did not answer: apply GSLICE_ON_DAEMON_LOSS. Called and returns
+ * with mu held, state ACQUIRING. */
+static void handle_daemon_loss_locked(gs_gate *g, int rc)
+{
+    const gs_config *cfg = gs_config_get();
+    uint64_t now = monotonic_ns();
+    const char *why = gs_rpc_last_error();
+    if (!g->loss_logged) {
+        g->loss_logged = true;
+        g->loss_since_ns = now;
+        g->loss_reminder_ns = now + 10000000000ull;
+        atomic_fetch_add_explicit(&g->n_losses, 1, memory_order_relaxed);
+        if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN)
+            GS_ERROR("tokend unreachable at %s (result %d: %s); GSLICE_ON_DAEMON_LOSS=open: "
+                     "launches run UNMETERED until it is back", g->label, rc, why ? why : "");
+        else
+            GS_WARN("tokend unreachable at %s (result %d: %s); GSLICE_ON_DAEMON_LOSS=wait: "
+                    "launches wait until it is back", g->label, rc, why ? why : "");
+    } else if (now >= g->loss_reminder_ns) {
+        g->loss_reminder_ns = now + 10000000000ull;
+        GS_WARN("still waiting for tokend at %s after %.0f s (result %d: %s)", g->label,
+                (double)(now - g->loss_since_ns) / 1e9, rc, why ? why : "");
+    }
+    if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN) {
+        g->state = GS_GATE_UNMETERED;
+        g->token_id = 0;
+        atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
+        ensure_keeper_locked(g);
+        pthread_cond_signal(&g->keeper_wake);
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
+    /* wait: back off (others keep waiting on `changed` meanwhile). */
+    pthread_mutex_unlock(&g->mu);
+    if (gs_rpc_wait_attached(g->rpc, 200, NULL))
+        usleep(10000);   /* attached but refused: do not spin */
+    pthread_mutex_lock(&g->mu);
+    g->state = GS_GATE_NO_TOKEN;
+    pthread_cond_broadcast(&g->changed);
+}
+
+/* This thread becomes the one that asks tokend; mu held on entry and exit. */
+static void acquire_locked(gs_gate *g)
+{
+    g->state = GS_GATE_ACQUIRING;
+    ensure_keeper_locked(g);
+    pthread_mutex_unlock(&g->mu);
+    uint64_t token_id = 0;
+    uint32_t quantum_us = 0;
+    int rc = gs_rpc_acquire(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, &token_id, &quantum_us);
+    pthread_mutex_lock(&g->mu);
+    if (g->state != GS_GATE_ACQUIRING) {
+        /* fork or stop reset the gate underneath us: start over. */
+        return;
+    }
+    if (rc == GS_RPC_OK) {
+        if (g->loss_logged) {
+            GS_WARN("tokend at %s is back after %.1f s; launches are metered again", g->label,
+                    (double)(monotonic_ns() - g->loss_since_ns) / 1e9);
+            g->loss_logged = false;
+        }
+        open_slice_locked(g, token_id, quantum_us);
+        GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
+        return;
+    }
+    if (rc == GS_RPC_UNAVAILABLE && !g->loss_logged) {
+        /* Not attached yet (process start) or reconnecting after a daemon
+         * restart: give the client a moment before calling it a loss. */
+        pthread_mutex_unlock(&g->mu);
+        bool attached = gs_rpc_wait_attached(g->rpc, 2000, NULL);
+        pthread_mutex_lock(&g->mu);
+        if (attached && g->state == GS_GATE_ACQUIRING) {
+            g->state = GS_GATE_NO_TOKEN;
+            pthread_cond_broadcast(&g->changed);
+            return;
+        }
+        if (g->state != GS_GATE_ACQUIRING)
+            return;
+    }
+    if (rc == GRPC_DEADLINE_EXCEEDED) {
+        /* The GPU is busy with others: just ask again. */
+        g->state = GS_GATE_NO_TOKEN;
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
+    handle_daemon_loss_locked(g, rc);
+}
+
+void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
+{
+    atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        if ((g->state == GS_GATE_HOLDING && !g->revoke_pending) || g->state == GS_GATE_UNMETERED) {
+            remember_context_locked(g, ctx);
+            gs_tls_generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+            break;
+        }
+        if (g->state == GS_GATE_NO_TOKEN && !g->stopping)
+            acquire_locked(g);
+        else if (g->stopping) {
+            /* Process exit: let remaining launches through. */
+            break;
+        } else
+            pthread_cond_wait(&g->changed, &g->mu);
+    }
+    atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
+    int32_t interval = atomic_load_explicit(&g->interval, memory_order_relaxed);
+    pthread_mutex_unlock(&g->mu);
+    gs_tls_countdown = interval;
+    t->gate = g;
+    t->launches = (uint32_t)interval;
+}
+
+/* Wait for everything the slice queued: push each context it launched in. */
+static void synchronise_contexts(CUcontext *ctxs, int n)
+{
+    if (!gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPopCurrent)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (gs_cu.cuCtxPushCurrent(ctxs[i]) != CUDA_SUCCESS)
+            continue;
+        CUresult rc = gs_cu.cuCtxSynchronize();
+        if (rc != CUDA_SUCCESS)
+            GS_DEBUG("cuCtxSynchronize at slice end returned %d (the application's error, left to it)", rc);
+        CUcontext popped;
+        gs_cu.cuCtxPopCurrent(&popped);
+    }
+}
+
+/* Close the gate, wait for the slice's work, release the token. */
+static void end_slice_locked(gs_gate *g, bool idle)
+{
+    g->state = GS_GATE_RELEASING;
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    CUcontext ctxs[GS_GATE_MAX_CONTEXTS];
+    int n = g->n_contexts;
+    memcpy(ctxs, g->contexts, sizeof(CUcontext) * (size_t)n);
+    g->n_contexts = 0;
+    uint64_t token_id = g->token_id, grant_ns = g->grant_ns;
+    uint64_t quantum_us = g->quantum_us;
+    bool lost = g->token_lost;
+    pthread_mutex_unlock(&g->mu);
+
+    synchronise_contexts(ctxs, n);
+    uint64_t used_us = (monotonic_ns() - grant_ns) / 1000ull;
+    uint64_t overrun_us = used_us > quantum_us ? used_us - quantum_us : 0;
+    if (!lost) {
+        int rc = gs_rpc_release(g->rpc, token_id, used_us, overrun_us, idle, RELEASE_WAIT_MS);
+        if (rc != GS_RPC_OK)
+            GS_DEBUG("ReleaseToken(%llu) returned %d (%s); tokend reclaims it itself",
+                     (unsigned long long)token_id, rc, gs_rpc_last_error());
+    }
+
+    GS_DEBUG("token %llu released: used %llu us of a %llu us quantum (overrun %llu us)%s",
+             (unsigned long long)token_id, (unsigned long long)used_us, (unsigned long long)quantum_us,
+             (unsigned long long)overrun_us, idle ? ", idle" : "");
+    pthread_mutex_lock(&g->mu);
+    atomic_fetch_add_explicit(&g->n_released, 1, memory_order_relaxed);
+    if (idle)
+        atomic_fetch_add_explicit(&g->n_idle, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->used_us_total, used_us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->overrun_us_total, overrun_us, memory_order_relaxed);
+    if (g->state == GS_GATE_RELEASING)
+        g->state = GS_GATE_NO_TOKEN;
+    g->revoke_pending = false;
+    g->token_lost = false;
+    pthread_cond_broadcast(&g->changed);
+}
+
+static void *keeper_main(void *arg)
+{
+    gs_gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stopping) {
+        if (g->service_requested && g->service) {
+            g->service_requested = false;
+            pthread_mutex_unlock(&g->mu);
+            g->service(g->service_ctx);
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        uint64_t now = monotonic_ns();
+        if (g->state == GS_GATE_HOLDING) {
+            uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
+            if (g->revoke_pending || now >= deadline) {
+                end_slice_locked(g, false);
+                continue;
+            }
+            if (now >= g->next_idle_check_ns) {
+                if (!atomic_load_explicit(&g->activity, memory_order_relaxed)) {
+                    end_slice_locked(g, true);
+                    continue;
+                }
+                atomic_store_explicit(&g->activity, 0, memory_order_relaxed);
+                g->next_idle_check_ns = now + idle_period_ns(g);
+            }
+            wait_until_ns(&g->keeper_wake, &g->mu,
+                          deadline < g->next_idle_check_ns ? deadline : g->next_idle_check_ns);
+        } else if (g->state == GS_GATE_UNMETERED) {
+            pthread_mutex_unlock(&g->mu);
+            bool attached = gs_rpc_wait_attached(g->rpc, 0, NULL);
+            pthread_mutex_lock(&g->mu);
+            if (attached && g->state == GS_GATE_UNMETERED) {
+                GS_WARN("tokend at %s is back after %.1f s; launches are metered again", g->label,
+                        (double)(monotonic_ns() - g->loss_since_ns) / 1e9);
+                g->loss_logged = false;
+                atomic_store_explicit(&g->open, 0, memory_order_release);
+                g->state = GS_GATE_NO_TOKEN;
+                pthread_cond_broadcast(&g->changed);
+                continue;
+            }
+            wait_until_ns(&g->keeper_wake, &g->mu, now + 200000000ull);
+        } else {
+            pthread_cond_wait(&g->keeper_wake, &g->mu);
+        }
+    }
+    g->keeper_running = false;
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
+{
+    pthread_mutex_lock(&g->mu);
+    atomic_fetch_add_explicit(&g->n_revokes, 1, memory_order_relaxed);
+    if (g->state == GS_GATE_HOLDING && g->token_id == token_id) {
+        g->revoke_pending = true;
+        pthread_cond_signal(&g->keeper_wake);
+    } else if (g->state == GS_GATE_ACQUIRING) {
+        g->revoked_before_grant = token_id;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_on_connection_lost(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->state == GS_GATE_HOLDING) {
+        /* The daemon forgot this client's token with the connection. */
+        g->token_lost = true;
+        g->revoke_pending = true;
+        pthread_cond_signal(&g->keeper_wake);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_kick_service(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->service_requested = true;
+    ensure_keeper_locked(g);
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- checkpoints: bound the GPU work queued past the token ---- */
+
+static void adapt_interval(gs_gate *g, float ms, uint32_t launches)
+{
+    /* Aim: one checkpoint interval ~ 1 ms of GPU time. */
+    double per_launch_ms = (double)ms / (double)launches;
+    double target = per_launch_ms > 0 ? 1.0 / per_launch_ms : GS_GATE_MAX_INTERVAL;
+    double next = 0.5 * (double)atomic_load_explicit(&g->interval, memory_order_relaxed) + 0.5 * target;
+    if (next < GS_GATE_MIN_INTERVAL)
+        next = GS_GATE_MIN_INTERVAL;
+    if (next > GS_GATE_MAX_INTERVAL)
+        next = GS_GATE_MAX_INTERVAL;
+    atomic_store_explicit(&g->interval, (int32_t)next, memory_order_relaxed);
+}
+
+static void complete_oldest_locked(gs_gate *g)
+{
+    int idx = g->queue[g->queue_head];
+    g->queue_head = (g->queue_head + 1) % GS_GATE_CHECKPOINTS;
+    g->queue_count--;
+    gs_checkpoint *cp = &g->checkpoints[idx];
+    if (g->last_done >= 0) {
+        gs_checkpoint *last = &g->checkpoints[g->last_done];
+        float ms = 0;
+        if (last->ctx == cp->ctx && cp->launches > 0 && gs_cu.cuEventElapsedTime &&
+            gs_cu.cuEventElapsedTime(&ms, last->event, cp->event) == CUDA_SUCCESS)
+            adapt_interval(g, ms, cp->launches);
+        last->state = 0;
+    }
+    cp->state = 2;
+    g->last_done = idx;
+}
+
+void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches)
+{
+    if (!gs_cu.cuEventCreate || !gs_cu.cuEventRecord || !gs_cu.cuEventQuery || !gs_cu.cuEventSynchronize ||
+        !gs_cu.cuCtxGetCurrent)
+        return;
+    CUcontext ctx = NULL;
+    if (gs_cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    atomic_fetch_add_explicit(&g->n_checkpoints, 1, memory_order_relaxed);
+    while (g->queue_count > 0) {
+        CUresult q = gs_cu.cuEventQuery(g->checkpoints[g->queue[g->queue_head]].event);
+        if (q == CUDA_ERROR_NOT_READY)
+            break;
+        complete_oldest_locked(g);
+    }
+    while (g->queue_count >= GS_GATE_MAX_OUTSTANDING) {
+        atomic_fetch_add_explicit(&g->n_checkpoint_waits, 1, memory_order_relaxed);
+        gs_cu.cuEventSynchronize(g->checkpoints[g->queue[g->queue_head]].event);
+        complete_oldest_locked(g);
+    }
+    int idx = -1;
+    for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
+        if (g->checkpoints[i].state == 0) {
+            idx = i;
+            break;
+        }
+    if (idx >= 0) {
+        gs_checkpoint *cp = &g->checkpoints[idx];
+        if (cp->event && cp->ctx != ctx) {
+            if (gs_cu.cuEventDestroy)
+                gs_cu.cuEventDestroy(cp->event);
+            cp->event = NULL;
+        }
+        if (!cp->event && gs_cu.cuEventCreate(&cp->event, 0) != CUDA_SUCCESS)
+            cp->event = NULL;
+        if (cp->event) {
+            cp->ctx = ctx;
+            /* Same stream semantics as the launch: _ptsz launches record
+             * on the per-thread stream. */
+            CUresult (*record)(CUevent, CUstream) = ptsz ? gs_cu.cuEventRecord_ptsz : gs_cu.cuEventRecord;
+            if (record(cp->event, stream) == CUDA_SUCCESS) {
+                cp->state = 1;
+                cp->launches = launches;
+                g->queue[(g->queue_head + g->queue_count) % GS_GATE_CHECKPOINTS] = idx;
+                g->queue_count++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
+/* ---- fork and exit ---- */
+
+void gs_gate_fork_prepare(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->checkpoint_mu);
+}
+
+void gs_gate_fork_parent(gs_gate *g)
+{
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_fork_child(gs_gate *g)
+{
+    /* No keeper thread, no token, no CUDA state survive fork. */
+    g->state = GS_GATE_NO_TOKEN;
+    atomic_store(&g->open, 0);
+    g->keeper_running = false;
+    g->service_requested = false;
+    g->revoke_pending = false;
+    g->token_lost = false;
+    g->revoked_before_grant = 0;
+    g->n_contexts = 0;
+    g->loss_logged = false;
+    memset(g->checkpoints, 0, sizeof g->checkpoints);
+    g->queue_head = g->queue_count = 0;
+    g->last_done = -1;
+    init_conds(g);
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_stop(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->stopping = true;
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->tokens_acquired = atomic_load(&g->n_acquired);
+    out->tokens_released = atomic_load(&g->n_released);
+    out->idle_releases = atomic_load(&g->n_idle);
+    out->revokes = atomic_load(&g->n_revokes);
+    out->checkpoints = atomic_load(&g->n_checkpoints);
+    out->checkpoint_waits = atomic_load(&g->n_checkpoint_waits);
+    out->slow_entries = atomic_load(&g->n_slow);
+    out->used_us = atomic_load(&g->used_us_total);
+    out->overrun_us = atomic_load(&g->overrun_us_total);
+    out->daemon_losses = atomic_load(&g->n_losses);
+    out->interval = atomic_load(&g->interval);
+    pthread_mutex_lock(&g->mu);
+    out->state = g->state;
+    out->quantum_us = g->quantum_us;
+    pthread_mutex_unlock(&g->mu);
+}

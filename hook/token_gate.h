@@ -1,0 +1,171 @@
+/* token_gate: time-slice tokens between this process and tokend.
+ *
+ * Fast path (every launch, inline): one acquire load of the gate's `open`
+ * word (the slice's generation while a token is held, 0 when closed),
+ * compare with this thread's generation, decrement this thread's launch
+ * countdown, and a relaxed activity mark. Every launch that fails any of
+ * these takes the slow path (token_gate.c): block for a token, remember
+ * the context for the end-of-slice synchronise, and every `interval`
+ * launches record a checkpoint event so at most ~2 checkpoint intervals
+ * (~1 ms of GPU time each) are queued past the token.
+ *
+ * A per-gate "keeper" thread ends slices: at quantum expiry, on a Revoke
+ * from tokend, or when no launch happened for max(2 ms, quantum/4) (idle).
+ * It closes the gate, synchronises every context that launched in the
+ * slice, and releases the token with the GPU time really used. */
+#ifndef GSLICE_TOKEN_GATE_H
+#define GSLICE_TOKEN_GATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gslice_cuda_abi.h"
+
+struct gs_rpc;
+
+#define GS_GATE_MAX_CONTEXTS 16
+#define GS_GATE_CHECKPOINTS 6
+#define GS_GATE_MIN_INTERVAL 1
+#define GS_GATE_MAX_INTERVAL 4096
+/* Checkpoints outstanding before a launch waits for the oldest one. */
+#define GS_GATE_MAX_OUTSTANDING 2
+
+enum gs_gate_state {
+    GS_GATE_NO_TOKEN = 0,
+    GS_GATE_ACQUIRING = 1,
+    GS_GATE_HOLDING = 2,
+    GS_GATE_RELEASING = 3,
+    GS_GATE_UNMETERED = 4,   /* tokend lost and GSLICE_ON_DAEMON_LOSS=open */
+};
+
+typedef struct gs_checkpoint {
+    CUevent event;
+    CUcontext ctx;
+    uint32_t launches;       /* launches this checkpoint closes */
+    int state;               /* 0 free, 1 outstanding, 2 last completed */
+} gs_checkpoint;
+
+typedef struct gs_gate_stats {
+    uint64_t tokens_acquired;
+    uint64_t tokens_released;
+    uint64_t idle_releases;
+    uint64_t revokes;
+    uint64_t checkpoints;
+    uint64_t checkpoint_waits;
+    uint64_t slow_entries;
+    uint64_t used_us;
+    uint64_t overrun_us;
+    uint64_t daemon_losses;
+    int32_t interval;
+    int state;
+    uint32_t quantum_us;
+} gs_gate_stats;
+
+typedef struct gs_gate {
+    /* Read on every launch: keep on their own cache line. */
+    _Atomic uint32_t open;
+    _Atomic uint32_t activity;
+    _Atomic int32_t interval;
+    char fast_pad[64 - 3 * sizeof(uint32_t)];
+
+    pthread_mutex_t mu;
+    pthread_cond_t changed;        /* state changes; app threads wait on it */
+    pthread_cond_t keeper_wake;
+    int state;
+    uint64_t token_id;
+    uint32_t quantum_us;
+    uint64_t grant_ns;
+    uint64_t next_idle_check_ns;
+    bool revoke_pending;
+    bool token_lost;               /* connection dropped: release without RPC */
+    uint64_t revoked_before_grant; /* a Revoke that raced ahead of its grant */
+    bool stopping;
+    bool keeper_running;
+    bool service_requested;
+    pthread_t keeper;
+    CUcontext contexts[GS_GATE_MAX_CONTEXTS];
+    int n_contexts;
+
+    struct gs_rpc *rpc;
+    const char *label;             /* for log lines: the socket path */
+    void (*service)(void *ctx);    /* run by the keeper when kicked (ledger flush) */
+    void *service_ctx;
+
+    /* Daemon-loss bookkeeping (under mu). */
+    bool loss_logged;
+    uint64_t loss_since_ns;
+    uint64_t loss_reminder_ns;
+
+    pthread_mutex_t checkpoint_mu;
+    gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
+    int queue[GS_GATE_CHECKPOINTS];
+    int queue_head, queue_count;
+    int last_done;                 /* index of the last completed checkpoint, -1 none */
+
+    _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
+        n_slow, used_us_total, overrun_us_total, n_losses;
+} gs_gate;
+
+/* The gate the inline fast path reads: the only device's gate, or a gate
+ * that is always closed (before init, or with several devices, where the
+ * slow path looks the gate up per launch), or an always-open one
+ * (pass-through). */
+extern gs_gate *gs_fast_gate;
+extern __thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec")));
+extern __thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+
+static inline __attribute__((always_inline)) bool gs_gate_fast_enter(void)
+{
+    gs_gate *g = __atomic_load_n(&gs_fast_gate, __ATOMIC_RELAXED);
+    uint32_t gen = atomic_load_explicit(&g->open, memory_order_acquire);
+    if (__builtin_expect(gen == gs_tls_generation && --gs_tls_countdown > 0, 1)) {
+        /* Only write the shared line when it changes: threads launching
+         * concurrently would otherwise bounce it on every launch. */
+        if (!atomic_load_explicit(&g->activity, memory_order_relaxed))
+            atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
+        return true;
+    }
+    return false;
+}
+
+/* What the slow path decided for one launch. */
+typedef struct gs_launch_ticket {
+    gs_gate *gate;       /* NULL: not metered (pass-through) */
+    bool checkpoint;     /* record a checkpoint after the launch */
+    uint32_t launches;   /* launches the checkpoint closes */
+} gs_launch_ticket;
+
+void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
+                  void (*service)(void *ctx), void *service_ctx);
+/* Blocks until the gate is open for this thread; ctx is the launch's
+ * context (remembered for the end-of-slice synchronise). */
+void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
+/* After a successful launch whose countdown ran out. */
+void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches);
+
+/* Called from the rpc I/O thread (short, never call gs_rpc_*). */
+void gs_gate_on_revoke(gs_gate *g, uint64_t token_id);
+void gs_gate_on_connection_lost(gs_gate *g);
+/* Ask the keeper to run the service hook soon (starts it if needed). */
+void gs_gate_kick_service(gs_gate *g);
+
+/* Process-wide generation source (unique across gates). */
+uint32_t gs_gate_next_generation(void);
+/* Pass-through and closed gates for gs_fast_gate. */
+extern gs_gate gs_gate_passthrough;
+extern gs_gate gs_gate_closed;
+#define GS_GATE_PASSTHROUGH_GENERATION 1u
+
+/* fork(): the child holds no token and has no keeper thread. */
+void gs_gate_fork_prepare(gs_gate *g);
+void gs_gate_fork_parent(gs_gate *g);
+void gs_gate_fork_child(gs_gate *g);
+/* Process exit: stop the keeper without calling the driver (it may be
+ * torn down already); Detach gives the token back. */
+void gs_gate_stop(gs_gate *g);
+
+void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out);
+
+#endif

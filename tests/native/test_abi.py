@@ -1,0 +1,62 @@
+"""include/gslice_cuda_abi.h against the real cuda.h (when installed):
+the same constants, sizes and field offsets, compiled and printed by two
+small C programs (the headers cannot be included together)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_CUDA_H = [Path("/usr/local/cuda/include/cuda.h"), *sorted(Path("/usr/local").glob("cuda-*/include/cuda.h"))]
+
+CONSTANTS = ["CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_NOT_INITIALIZED",
+             "CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE",
+             "CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE",
+             "CUDA_ERROR_NOT_FOUND", "CUDA_ERROR_NOT_READY", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_PERMITTED",
+             "CUDA_ERROR_NOT_SUPPORTED", "CUDA_ERROR_UNKNOWN", "CU_GET_PROC_ADDRESS_DEFAULT",
+             "CU_GET_PROC_ADDRESS_LEGACY_STREAM", "CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM",
+             "CU_GET_PROC_ADDRESS_SUCCESS", "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND",
+             "CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT", "CU_AD_FORMAT_UNSIGNED_INT8", "CU_AD_FORMAT_UNSIGNED_INT16",
+             "CU_AD_FORMAT_UNSIGNED_INT32", "CU_AD_FORMAT_SIGNED_INT8", "CU_AD_FORMAT_SIGNED_INT16",
+             "CU_AD_FORMAT_SIGNED_INT32", "CU_AD_FORMAT_HALF", "CU_AD_FORMAT_FLOAT",
+             "(long)CU_STREAM_LEGACY", "(long)CU_STREAM_PER_THREAD"]
+LAYOUTS = {
+    "CUDA_ARRAY_DESCRIPTOR": ["Width", "Height", "Format", "NumChannels"],
+    "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
+    "CUlaunchConfig": ["gridDimX", "blockDimX", "sharedMemBytes", "hStream", "attrs", "numAttrs"],
+    "CUlaunchAttribute": ["id"],
+}
+SIZES = ["CUdeviceptr", "CUdevice", "CUresult", "cuuint64_t", "CUmemGenericAllocationHandle"]
+
+
+def probe_source(header: str) -> str:
+    lines = [f"#include <stdio.h>\n#include <stddef.h>\n#include \"{header}\"\nint main(void) {{"]
+    for c in CONSTANTS:
+        lines.append(f'    printf("%s=%ld\\n", "{c}", (long)({c}));')
+    for s in SIZES:
+        lines.append(f'    printf("sizeof {s}=%zu\\n", sizeof({s}));')
+    for struct, fields in LAYOUTS.items():
+        lines.append(f'    printf("sizeof {struct}=%zu\\n", sizeof({struct}));')
+        for f in fields:
+            lines.append(f'    printf("{struct}.{f}=%zu\\n", offsetof({struct}, {f}));')
+    lines.append("    return 0;\n}\n")
+    return "\n".join(lines)
+
+
+def run_probe(tmp_path: Path, name: str, header: str, include: Path) -> str:
+    src = tmp_path / f"{name}.c"
+    src.write_text(probe_source(header))
+    exe = tmp_path / name
+    subprocess.run(["gcc", "-O0", f"-I{include}", str(src), "-o", str(exe)], check=True)
+    return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+
+
+def test_cuda_abi_matches_the_real_header(tmp_path):
+    real = next((p for p in REAL_CUDA_H if p.exists()), None)
+    if real is None:
+        pytest.skip("no real cuda.h installed to compare with")
+    ours = run_probe(tmp_path, "ours", "gslice_cuda_abi.h", ROOT / "include")
+    theirs = run_probe(tmp_path, "theirs", "cuda.h", real.parent)
+    assert ours.splitlines() == theirs.splitlines()

@@ -1,0 +1,259 @@
+/* cuda_probe: a small CUDA driver-API program for the shim's tests.
+ *
+ * Linked with -lcuda (the simulated libcuda.so.1). The "runtime" route
+ * reaches the driver the way libcudart does: dlopen("libcuda.so.1"),
+ * dlsym(handle, "cuGetProcAddress_v2"), then look-ups by base name +
+ * version + flags. Every mode prints key=value lines on stdout.
+ *
+ *   cuda_probe launch ROUTE N KERNEL_NS        N sleep kernels, no sync, then one sync
+ *   cuda_probe loop ROUTE SECONDS KERNEL_NS SYNC_EVERY   saturating loop (0: never sync)
+ *   cuda_probe alloc ROUTE CHUNK MAX [wait]    allocate CHUNK bytes until refused or MAX
+ *                                              (wait: hold them until stdin closes)
+ *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
+ *   cuda_probe fork N KERNEL_NS                child launches N kernels after fork
+ *   cuda_probe routes                          which pointers the runtime route hands out
+ * ROUTE is "driver" (exported names) or "runtime" (cuGetProcAddress_v2 route). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gslice_cuda_abi.h"
+
+CUresult cuInit(unsigned int flags);
+CUresult cuDeviceGet(CUdevice *dev, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxSynchronize(void);
+CUresult cuModuleLoadData(CUmodule *mod, const void *image);
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+CUresult cuMemFree_v2(CUdeviceptr p);
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*info_fn)(size_t *, size_t *);
+typedef CUresult (*sync_fn)(void);
+typedef CUresult (*proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static launch_fn launch;
+static alloc_fn mem_alloc;
+static free_fn mem_free;
+static info_fn mem_info;
+static sync_fn ctx_sync;
+static CUfunction sleep_kernel;
+
+static void check(CUresult rc, const char *what)
+{
+    if (rc != CUDA_SUCCESS) {
+        printf("error=%s:%d\n", what, rc);
+        fflush(stdout);
+        exit(3);
+    }
+}
+
+static void *lookup(proc_fn proc, const char *name, int version, cuuint64_t flags)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult rc = proc(name, &fn, version, flags, &status);
+    if (rc != CUDA_SUCCESS || !fn) {
+        printf("error=lookup:%s:%d:%d\n", name, rc, status);
+        exit(3);
+    }
+    return fn;
+}
+
+static void setup(const char *route, int ptsz)
+{
+    check(cuInit(0), "cuInit");
+    CUdevice dev;
+    check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+    CUcontext ctx;
+    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    CUmodule mod;
+    check(cuModuleLoadData(&mod, "probe"), "cuModuleLoadData");
+    check(cuModuleGetFunction(&sleep_kernel, mod, "gslice_sim_sleep"), "cuModuleGetFunction");
+    if (!strcmp(route, "runtime")) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        if (!h) {
+            printf("error=dlopen:%s\n", dlerror());
+            exit(3);
+        }
+        proc_fn proc = (proc_fn)dlsym(h, "cuGetProcAddress_v2");
+        if (!proc) {
+            printf("error=dlsym:cuGetProcAddress_v2\n");
+            exit(3);
+        }
+        launch = (launch_fn)lookup(proc, "cuLaunchKernel", ptsz ? 7000 : 4000,
+                                   ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+        mem_alloc = (alloc_fn)lookup(proc, "cuMemAlloc", 3020, 0);
+        mem_free = (free_fn)lookup(proc, "cuMemFree", 3020, 0);
+        mem_info = (info_fn)lookup(proc, "cuMemGetInfo", 3020, 0);
+        ctx_sync = (sync_fn)lookup(proc, "cuCtxSynchronize", 2000, 0);
+    } else {
+        launch = ptsz ? cuLaunchKernel_ptsz : cuLaunchKernel;
+        mem_alloc = cuMemAlloc_v2;
+        mem_free = cuMemFree_v2;
+        mem_info = cuMemGetInfo_v2;
+        ctx_sync = cuCtxSynchronize;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static CUresult launch_sleep(uint64_t ns)
+{
+    void *params[] = {&ns};
+    return launch(sleep_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+}
+
+static int run_launch(int n, uint64_t ns)
+{
+    double t0 = now_s();
+    for (int i = 0; i < n; i++)
+        check(launch_sleep(ns), "launch");
+    double queued = now_s() - t0;
+    check(ctx_sync(), "cuCtxSynchronize");
+    printf("launched=%d\nqueue_seconds=%.6f\nseconds=%.6f\n", n, queued, now_s() - t0);
+    return 0;
+}
+
+static int run_loop(double seconds, uint64_t ns, int sync_every)
+{
+    double end = now_s() + seconds;
+    long n = 0;
+    printf("ready=1\n");
+    fflush(stdout);
+    double next_tick = now_s() + 1.0;
+    int tick = 0;
+    while (now_s() < end) {
+        check(launch_sleep(ns), "launch");
+        n++;
+        if (n % 16 == 0 && now_s() >= next_tick) {
+            /* Cumulative launches each second, for steady-state shares. */
+            printf("tick%d=%ld\n", ++tick, n);
+            next_tick += 1.0;
+        }
+        if (sync_every > 0 && n % sync_every == 0)
+            check(ctx_sync(), "cuCtxSynchronize");
+    }
+    check(ctx_sync(), "cuCtxSynchronize");
+    printf("launched=%ld\n", n);
+    return 0;
+}
+
+static int run_alloc(size_t chunk, int max)
+{
+    int ok = 0;
+    CUresult last = CUDA_SUCCESS;
+    CUdeviceptr p;
+    for (int i = 0; i < max; i++) {
+        last = mem_alloc(&p, chunk);
+        if (last != CUDA_SUCCESS)
+            break;
+        ok++;
+    }
+    size_t free_bytes = 0, total_bytes = 0;
+    check(mem_info(&free_bytes, &total_bytes), "cuMemGetInfo");
+    printf("allocated=%d\nbytes=%llu\nlast_result=%d\nfree=%zu\ntotal=%zu\n", ok,
+           (unsigned long long)ok * chunk, last, free_bytes, total_bytes);
+    (void)mem_free;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: see the comment at the top of cuda_probe.c\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    if (!strcmp(mode, "launch") && argc >= 5) {
+        int ptsz = argc >= 6 && !strcmp(argv[5], "ptsz");
+        setup(argv[2], ptsz);
+        return run_launch(atoi(argv[3]), strtoull(argv[4], NULL, 10));
+    }
+    if (!strcmp(mode, "loop") && argc >= 6) {
+        setup(argv[2], 0);
+        return run_loop(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
+    }
+    if (!strcmp(mode, "alloc") && argc >= 5) {
+        setup(argv[2], 0);
+        int rc = run_alloc(strtoull(argv[3], NULL, 10), atoi(argv[4]));
+        if (argc >= 6 && !strcmp(argv[5], "wait")) {
+            /* Hold the memory until the test closes our stdin. */
+            char buf[64];
+            while (read(0, buf, sizeof buf) > 0) {
+            }
+        }
+        return rc;
+    }
+    if (!strcmp(mode, "hold") && argc >= 4) {
+        setup(argv[2], 0);
+        CUdeviceptr p;
+        check(mem_alloc(&p, strtoull(argv[3], NULL, 10)), "cuMemAlloc");
+        check(launch_sleep(1000000), "launch");
+        printf("ready=1\n");
+        for (;;) {
+            /* Keep launching so the token is held most of the time. */
+            launch_sleep(2000000);
+        }
+    }
+    if (!strcmp(mode, "fork") && argc >= 4) {
+        setup("driver", 0);
+        check(launch_sleep(1000), "launch");
+        check(ctx_sync(), "sync");
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* CUDA does not survive fork: the child starts its own context. */
+            setup("driver", 0);
+            return run_launch(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        printf("child_status=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        return 0;
+    }
+    if (!strcmp(mode, "routes")) {
+        setup("driver", 0);
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        proc_fn proc = (proc_fn)dlsym(h, "cuGetProcAddress_v2");
+        void *self = dlopen(NULL, RTLD_NOW);
+        printf("dlsym_proc_is_export=%d\n", proc == (proc_fn)dlsym(self, "cuGetProcAddress_v2"));
+        void *legacy = lookup(proc, "cuLaunchKernel", 4000, 0);
+        void *ptsz = lookup(proc, "cuLaunchKernel", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+        void *gpa = lookup(proc, "cuGetProcAddress", 12000, 0);
+        printf("legacy_is_export=%d\n", legacy == dlsym(self, "cuLaunchKernel"));
+        printf("ptsz_is_export=%d\n", ptsz == dlsym(self, "cuLaunchKernel_ptsz"));
+        printf("ptsz_differs=%d\n", ptsz != legacy);
+        printf("proc_v2_is_export=%d\n", gpa == dlsym(self, "cuGetProcAddress_v2"));
+        Dl_info info;
+        dladdr(ptsz, &info);
+        printf("ptsz_object=%s\n", info.dli_fname ? info.dli_fname : "?");
+        dladdr(dlsym(h, "cuMemAlloc_v2"), &info);
+        printf("handle_alloc_object=%s\n", info.dli_fname ? info.dli_fname : "?");
+        return 0;
+    }
+    fprintf(stderr, "unknown mode or missing arguments: %s\n", mode);
+    return 2;
+}

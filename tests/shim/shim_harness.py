@@ -1,0 +1,194 @@
+"""Fixtures for the shim's tests: the real libgslice.so over the simulated
+GPU, with a real tokend. Everything a test starts (daemons, probe
+processes, simulated-GPU shared memory) is cleaned up by finalizers."""
+from __future__ import annotations
+
+import os
+import signal
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+SHIM = ROOT / "python" / "gslice" / "lib" / "libgslice.so"
+
+
+def _ensure_shim() -> Path:
+    if not SHIM.exists():
+        subprocess.run([sys.executable, str(ROOT / "tools" / "build_native.py"), "hook"], check=True, cwd=ROOT)
+    return SHIM
+
+
+@pytest.fixture(scope="session")
+def shim_path() -> Path:
+    return _ensure_shim()
+
+
+def _sim_lib_dir(build_dir: Path) -> Path:
+    """The simulated libcuda/libnvidia-ml: gslice.simgpu's build when present,
+    else compiled here from simgpu/ (until the package build lands)."""
+    try:
+        import gslice.simgpu as simgpu
+
+        lib_dir = Path(simgpu.lib_dir())
+        if (lib_dir / "libcuda.so.1").exists():
+            return lib_dir
+    except Exception:
+        pass
+    out = build_dir / "sim"
+    out.mkdir(exist_ok=True)
+    sources = sorted(str(p) for p in (ROOT / "simgpu").glob("*.c"))
+    cuda_sources = [s for s in sources if "nvml" not in Path(s).name]
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-fvisibility=hidden", f"-I{ROOT / 'include'}",
+                    f"-I{ROOT / 'simgpu'}", *cuda_sources, "-o", str(out / "libcuda.so.1"), "-lpthread", "-lrt",
+                    "-lm"], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    path = Path(tempfile.mkdtemp(prefix="gs-shim-build-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sim_lib_dir(build_dir) -> Path:
+    return _sim_lib_dir(build_dir)
+
+
+@pytest.fixture(scope="session")
+def probe(build_dir, sim_lib_dir) -> Path:
+    """tests/shim/programs/cuda_probe.c, linked with -lcuda against the sim."""
+    out = build_dir / "cuda_probe"
+    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "cuda_probe.c"),
+                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
+    return out
+
+
+@pytest.fixture
+def sim_name():
+    """A private simulated GPU per test; its shared memory is removed after."""
+    name = f"shimtest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield name
+    try:
+        os.unlink(f"/dev/shm/gslice-sim-{name}")
+    except FileNotFoundError:
+        pass
+
+
+class ProbeRunner:
+    """Runs cuda_probe with the shim preloaded; kills what it started."""
+
+    def __init__(self, probe: Path, shim: Path, sim_lib_dir: Path, sim_name: str):
+        self.probe = probe
+        self.base_env = dict(os.environ)
+        for key in list(self.base_env):
+            if key.startswith("GSLICE_"):
+                del self.base_env[key]
+        self.base_env.update({
+            "LD_PRELOAD": str(shim),
+            "LD_LIBRARY_PATH": str(sim_lib_dir),
+            "GSLICE_SIM_NAME": sim_name,
+        })
+        self.procs: list[subprocess.Popen] = []
+
+    def env(self, **extra) -> dict:
+        env = dict(self.base_env)
+        env.update({k: str(v) for k, v in extra.items() if v is not None})
+        return env
+
+    def run(self, *args, timeout=60, **env) -> tuple[int, dict, str]:
+        r = subprocess.run([str(self.probe), *map(str, args)], env=self.env(**env), capture_output=True,
+                           text=True, timeout=timeout)
+        return r.returncode, parse_kv(r.stdout), r.stderr
+
+    def start(self, *args, stdin: bool = False, **env) -> subprocess.Popen:
+        p = subprocess.Popen([str(self.probe), *map(str, args)], env=self.env(**env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.communicate(timeout=10)
+            except Exception:
+                pass
+
+
+def parse_kv(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 30.0, collect: bool = False) -> str:
+    """Reads proc's stdout until a line starts with prefix; returns that line
+    (collect: every line read up to and including it). Reads the raw fd, so
+    no line is left behind in a Python buffer that select cannot see."""
+    import select
+
+    fd = proc.stdout.fileno()
+    pending = getattr(proc, "_gs_pending", b"")
+    seen = []
+    deadline = time.monotonic() + timeout
+    while True:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            text = line.decode(errors="replace") + "\n"
+            seen.append(text)
+            if text.startswith(prefix):
+                proc._gs_pending = pending
+                return "".join(seen) if collect else text
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        pending += chunk
+    proc._gs_pending = pending
+    raise AssertionError(f"no line starting {prefix!r} from pid {proc.pid} within {timeout} s "
+                         f"(exit {proc.poll()}; read so far: {''.join(seen)!r})")
+
+
+@pytest.fixture
+def runner(probe, shim_path, sim_lib_dir, sim_name):
+    r = ProbeRunner(probe, shim_path, sim_lib_dir, sim_name)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def tokend(tmp_path, sim_lib_dir):
+    """A real tokend (fake GPU description: the shim tests need only its
+    scheduler and ledger; the work runs on the simulated libcuda)."""
+    from gslice.testing import TokendProcess
+
+    t = TokendProcess(tmp_path, gpu="fake", fake_gpu_memory=16 << 30)
+    t.start()
+    yield t
+    t.close()
+
+
+def group_env(tokend, name: str, secret: str, **extra) -> dict:
+    env = {"GSLICE_SOCKET": str(tokend.client_socket), "GSLICE_GROUP": name, "GSLICE_GROUP_SECRET": secret}
+    env.update(extra)
+    return env

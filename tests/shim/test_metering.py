@@ -1,0 +1,86 @@
+"""Both routes to the driver are metered: tokens for launches, the group
+quota for allocations, the group's view in memory queries."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+
+from shim_harness import group_env, parse_kv, wait_for_line
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("route,stream", [("driver", "legacy"), ("driver", "ptsz"), ("runtime", "legacy"),
+                                          ("runtime", "ptsz")])
+def test_launches_take_tokens(runner, tokend, route, stream):
+    admin = tokend.admin()
+    created = admin.create_group("g", request=0.5, limit=1.0, memory="1GiB")
+    before = admin.status().group("g").tokens_granted
+    rc, out, err = runner.run("launch", route, 500, 20000, stream, **group_env(tokend, "g", created.secret))
+    assert rc == 0, err
+    assert out["launched"] == "500"
+    assert admin.status().group("g").tokens_granted > before, err
+
+
+def test_runtime_route_hands_out_our_wrappers_and_keeps_ptsz(runner, tokend):
+    created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
+    rc, out, err = runner.run("routes", **group_env(tokend, "g", created.secret))
+    assert rc == 0, err
+    assert out["dlsym_proc_is_export"] == "1"   # dlsym on libcuda's handle -> our cuGetProcAddress_v2
+    assert out["legacy_is_export"] == "1"
+    assert out["ptsz_is_export"] == "1"         # (cuLaunchKernel, 7000, PTDS) -> our _ptsz wrapper
+    assert out["ptsz_differs"] == "1"           # never folded into the legacy-stream variant
+    assert out["proc_v2_is_export"] == "1"
+    assert out["ptsz_object"].endswith("libgslice.so")
+    assert out["handle_alloc_object"].endswith("libgslice.so")
+
+
+def test_without_a_group_everything_passes_through(runner, tokend):
+    rc, out, err = runner.run("launch", "runtime", 200, 10000, GSLICE_SOCKET=tokend.client_socket,
+                              GSLICE_LOG_LEVEL="info")
+    assert rc == 0, err
+    assert "GSLICE_GROUP is not set" in err
+    assert tokend.admin().status().clients == []
+
+
+@pytest.mark.parametrize("route", ["driver", "runtime"])
+def test_allocations_stop_at_the_quota_and_meminfo_agrees(runner, tokend, route):
+    created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
+    rc, out, err = runner.run("alloc", route, 100 * MiB, 100, **group_env(tokend, "g", created.secret))
+    assert rc == 0, err
+    assert int(out["allocated"]) == 10            # 10 x 100 MiB fit in 1 GiB, the 11th does not
+    assert int(out["last_result"]) == 2           # CUDA_ERROR_OUT_OF_MEMORY
+    assert int(out["total"]) == 1 << 30           # the group's view: min(quota, physical)
+    assert int(out["free"]) == (1 << 30) - 1000 * MiB
+    assert "refused: group g memory quota 1073741824 bytes" in err
+
+
+def test_disabled_shim_does_not_meter(runner, tokend):
+    created = tokend.admin().create_group("g", request=0.5, memory="100MiB")
+    rc, out, err = runner.run("alloc", "driver", 100 * MiB, 3, GSLICE_DISABLE=1,
+                              **group_env(tokend, "g", created.secret))
+    assert rc == 0, err
+    assert out["allocated"] == "3"
+
+
+def test_concurrent_allocators_never_exceed_the_quota(runner, tokend):
+    quota = 1 << 30
+    created = tokend.admin().create_group("g", request=0.5, memory=str(quota))
+    env = group_env(tokend, "g", created.secret)
+    chunk = 64 * MiB
+    procs = [runner.start("alloc", "driver", chunk, 100, "wait", **env, stdin=True) for _ in range(4)]
+    results = [parse_kv(wait_for_line(p, "total=", timeout=120, collect=True)) for p in procs]
+    # All four hold their memory now (none has exited and given any back).
+    totals = [int(kv["bytes"]) for kv in results]
+    for kv in results:
+        assert int(kv["last_result"]) == 2
+        assert int(kv["total"]) == quota
+        # cuMemGetInfo inside never reports more free than the quota leaves.
+        assert int(kv["free"]) <= quota - int(kv["bytes"])
+    assert sum(totals) <= quota
+    assert sum(totals) == quota // chunk * chunk   # and the quota was used up, not under-granted
+    assert tokend.admin().status().group("g").memory_used == sum(totals)
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=30)
