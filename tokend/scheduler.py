@@ -24,11 +24,12 @@ window, not by uptime.
 
 Choice. When the token is free, among waiting clients whose group is
 *eligible* (below its limit, see below), serve the smallest
-``(tier, -priority, tier metric, wait sequence)`` where tier 0 = groups
-below their request (metric: usage - request*window, i.e. largest shortfall
-first) and tier 1 = the rest (metric: usage, least first). Within a group,
-FIFO by wait start. Guarantees come before priority classes; the class
-orders groups within a tier.
+``(tier, -priority, pace, wait sequence)`` where tier 0 = groups below
+their request and tier 1 = the rest, and pace = usage / (request*window):
+the group least served relative to what it asked for goes first (largest
+relative shortfall), and capacity left over by idle groups is shared in
+proportion to requests. Within a group, FIFO by wait start. Guarantees come
+before priority classes; the class orders groups within a tier.
 
 Limit. A group with limit >= 1 is never capped. Otherwise its *room* is
 ``limit*window - usage``; it is eligible only while room is at least the
@@ -45,11 +46,13 @@ way toward what the slice really used (0.5 x used + 0.5 x previous, as
 Gemini does); a release that used at least 90% of the granted quantum
 doubles it; other releases (preempted, synchronised early) keep it. Always
 clamped to ``[quantum_min, quantum_max]``, and a grant never exceeds the
-group's room. One exception: a group above its request (tier 1) gets only
-``quantum_min`` while another group below its request is active (waiting,
-or active within the last ``quantum_max``). With one busy client per group
-the token merely alternates between groups, so slice length is the only
-lever that keeps a 30/70 split from becoming 50/50. Quanta are otherwise
+group's room. While other groups are active, a grant is also cut to the
+group's *fair slice* (stride scheduling): ``quantum_max`` x its request /
+the largest active request, minus the time it is ahead of the pace of the
+furthest-behind active group. With one busy client per group the token
+merely alternates between groups whatever the choice rule, so slice length
+is what sets a 30/70 split (from the first second, not only once the window
+has filled), and the "ahead" term pays back overruns. Quanta are otherwise
 not shortened when others wait: preemption by class is the latency tool.
 
 Preemption. A waiting client preempts the holder when it would be served
@@ -533,6 +536,13 @@ class Scheduler:
         head = self._clients[next(iter(group.waiters))]
         return head.quantum if head.quantum < group.cap else group.cap
 
+    @staticmethod
+    def _order_key(group: _Group, usage: float) -> tuple[int, int, float]:
+        """(tier, -class, pace): tier 0 below request, 1 at or above it; pace
+        is usage per unit of request, so the least-served group relative to
+        what it asked for goes first (largest relative shortfall)."""
+        return (0 if usage < group.request_usage else 1, -group.priority, usage / group.request_usage)
+
     def _candidate(self, now: float):
         """Best eligible waiting (group, usage, key), or None."""
         best = None
@@ -541,11 +551,7 @@ class Scheduler:
             usage = self._usage(group, now)
             if group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON:
                 continue
-            sequence = next(iter(group.waiters.values()))
-            if usage < group.request_usage:
-                key = (0, -group.priority, usage - group.request_usage, sequence)
-            else:
-                key = (1, -group.priority, usage, sequence)
+            key = (*self._order_key(group, usage), next(iter(group.waiters.values())))
             if best_key is None or key < best_key:
                 best_key = key
                 best = (group, usage, key)
@@ -581,9 +587,10 @@ class Scheduler:
             del self._waiting_groups[group]
         client = self._clients[client_id]
         quantum = client.quantum
-        if key[0] == 1 and quantum > self.config.quantum_min and self._guarantee_at_stake(group, now):
-            quantum = self.config.quantum_min
-        elif group.capped and group.cap - usage < quantum:
+        fair = self._fair_slice(group, usage, now)
+        if fair is not None and fair < quantum:
+            quantum = max(self.config.quantum_min, fair)
+        if group.capped and group.cap - usage < quantum:
             quantum = max(self.config.quantum_min, group.cap - usage)
         token_id = self._next_token
         self._next_token += 1
@@ -593,18 +600,31 @@ class Scheduler:
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
 
-    def _guarantee_at_stake(self, granted: _Group, now: float) -> bool:
-        """Is another group below its request and active within the last
-        quantum_max (waiting, or just released)? Then a group above its
-        request only gets quantum_min: with one busy client per group the
-        token merely alternates, so slice length is what keeps shares."""
+    def _fair_slice(self, granted: _Group, usage: float, now: float) -> float | None:
+        """Slice length that keeps the active groups' usage proportional to
+        their requests (None when no other group is active).
+
+        With one busy client per group the token alternates between groups
+        whatever the choice rule (the releasing client re-requests a moment
+        after its release), so slice length is what sets the split: a
+        group's fair slice is quantum_max scaled by its request over the
+        largest request among active groups (stride scheduling), minus the
+        time it is ahead of the pace of the furthest-behind active group
+        (so overruns and early releases are paid back, and a group that
+        fell behind catches up). Active = waiting, or released within the
+        last quantum_max."""
         recent = now - self.config.quantum_max
+        slowest_pace = math.inf
+        largest_request = granted.request_usage
         for group in self._groups.values():
             if group is granted or (not group.waiters and group.last_active < recent):
                 continue
-            if self._usage(group, now) < group.request_usage:
-                return True
-        return False
+            slowest_pace = min(slowest_pace, self._usage(group, now) / group.request_usage)
+            largest_request = max(largest_request, group.request_usage)
+        if slowest_pace == math.inf:
+            return None
+        ahead = usage - slowest_pace * granted.request_usage
+        return self.config.quantum_max * granted.request_usage / largest_request - ahead
 
     def _preempting_priority(self, holding: _Holding) -> bool:
         """Cheap pre-check: does any waiting group outrank the holder's class?"""
@@ -708,12 +728,7 @@ class Scheduler:
         for group in self._waiting_groups:
             usage = self._usage(group, now)
             blocked = group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON
-            if blocked:
-                key = (2, -group.priority, usage)
-            elif usage < group.request_usage:
-                key = (0, -group.priority, usage - group.request_usage)
-            else:
-                key = (1, -group.priority, usage)
+            key = (2, -group.priority, usage) if blocked else self._order_key(group, usage)
             for client_id, sequence in group.waiters.items():
                 ordered.append((key, sequence, client_id))
         ordered.sort()

@@ -8,7 +8,8 @@ Calls go through ``ctypes`` to ``libcuda.so.1``, i.e. through ``dlsym`` on
 the driver's handle, which is exactly the route the shim must interpose.
 
     python -m gslice.workloads spin --kernel-us 1000 --seconds 10 [--sync-every 1]
-    python -m gslice.workloads alloc --chunk-mib 64 --count 100
+    python -m gslice.workloads bursts --kernel-us 500 --burst 4 --think-ms 5 --seconds 10
+    python -m gslice.workloads alloc --chunk-mib 64 --count 100 [--start-at EPOCH]
 
 Each prints one JSON line with what it did (kernels launched, bytes held).
 """
@@ -109,15 +110,22 @@ class Driver:
         return free.value, total.value
 
 
-def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int) -> dict:
+def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_at: float | None = None) -> dict:
     """Launch `kernel_us` kernels back to back for `seconds` of wall time,
-    synchronising every `sync_every` launches (0: only at the end)."""
+    synchronising every `sync_every` launches (0: only at the end).
+    `start_at` (epoch seconds) lines several processes up on one instant;
+    `first_launch_at` in the report is when the first launch returned (for
+    a process under the shim: when it first held the token)."""
     drv = Driver()
     function = drv.spin_kernel()
     stream = drv.stream()
     ns = ctypes.c_uint64(int(kernel_us * 1000))
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
-    launched = 0
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    drv._check("cuLaunchKernel", drv.launch(function, blocks, 1, 1, 1, 1, 1, 0, stream, params, None))
+    first_launch_at = time.time()
+    launched = 1
     start = time.monotonic()
     deadline = start + seconds
     while time.monotonic() < deadline:
@@ -128,13 +136,45 @@ def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int) -> dict
             drv.synchronize(stream)
     drv.synchronize()
     return {"kernels": launched, "kernel_us": kernel_us, "seconds": time.monotonic() - start,
+            "first_launch_at": first_launch_at, "pid": os.getpid()}
+
+
+def bursts(kernel_us: float, burst: int, think_ms: float, seconds: float) -> dict:
+    """An inference-like closed loop: a burst of kernels, wait for it, think,
+    repeat. Reports bursts per second and burst latency percentiles (ms)."""
+    drv = Driver()
+    function = drv.spin_kernel()
+    stream = drv.stream()
+    ns = ctypes.c_uint64(int(kernel_us * 1000))
+    params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
+    latencies: list[float] = []
+    start = time.monotonic()
+    deadline = start + seconds
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        for _ in range(burst):
+            drv._check("cuLaunchKernel", drv.launch(function, 1, 1, 1, 1, 1, 1, 0, stream, params, None))
+        drv.synchronize(stream)
+        latencies.append((time.monotonic() - t0) * 1e3)
+        time.sleep(think_ms / 1e3)
+    elapsed = time.monotonic() - start
+    ordered = sorted(latencies)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+    return {"bursts": len(latencies), "seconds": elapsed, "bursts_per_s": len(latencies) / elapsed,
+            "latency_ms_p50": pct(0.50), "latency_ms_p99": pct(0.99), "latency_ms_max": ordered[-1] if ordered else 0.0,
             "pid": os.getpid()}
 
 
-def alloc(chunk_mib: int, count: int, hold_seconds: float) -> dict:
+def alloc(chunk_mib: int, count: int, hold_seconds: float, start_at: float | None = None) -> dict:
     """Allocate up to `count` chunks of `chunk_mib` MiB, stopping at the first
-    out-of-memory; report what was held and what cuMemGetInfo said."""
+    out-of-memory; report what was held and what cuMemGetInfo said.
+    `start_at` (epoch seconds) lines several processes up on one instant."""
     drv = Driver()
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
     held: list[int] = []
     refused = 0
     for _ in range(count):
@@ -164,16 +204,25 @@ def main(argv: list[str] | None = None) -> int:
     p_spin.add_argument("--seconds", type=float, default=10.0)
     p_spin.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
     p_spin.add_argument("--blocks", type=int, default=1)
+    p_spin.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    p_bursts = sub.add_parser("bursts", help="inference-like bursts with think time")
+    p_bursts.add_argument("--kernel-us", type=float, default=500.0)
+    p_bursts.add_argument("--burst", type=int, default=4)
+    p_bursts.add_argument("--think-ms", type=float, default=5.0)
+    p_bursts.add_argument("--seconds", type=float, default=10.0)
     p_alloc = sub.add_parser("alloc", help="allocate device memory in chunks until refused")
     p_alloc.add_argument("--chunk-mib", type=int, default=64)
     p_alloc.add_argument("--count", type=int, default=64)
     p_alloc.add_argument("--hold-seconds", type=float, default=0.0)
+    p_alloc.add_argument("--start-at", type=float, default=None, help="epoch seconds to start allocating at")
     args = parser.parse_args(argv)
     try:
         if args.kind == "spin":
-            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks)), flush=True)
+            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks, args.start_at)), flush=True)
+        elif args.kind == "bursts":
+            print(json.dumps(bursts(args.kernel_us, args.burst, args.think_ms, args.seconds)), flush=True)
         else:
-            alloc(args.chunk_mib, args.count, args.hold_seconds)
+            alloc(args.chunk_mib, args.count, args.hold_seconds, args.start_at)
     except CudaError as exc:
         print(f"gslice.workloads: {exc}", file=sys.stderr)
         return 1

@@ -450,18 +450,36 @@ def test_quantum_adapts_to_idle_and_full_use(two_groups):
     assert s.client_quantum("a1") == pytest.approx(CONFIG.quantum_max)
 
 
-def test_group_above_request_gets_minimal_quantum_while_a_guarantee_is_at_stake(two_groups):
+def test_group_ahead_of_pace_gets_minimal_quantum_while_others_are_active(two_groups):
     s = two_groups  # a 0.3, b 0.7
     s.request("a1", 0.0)
     s.release("a1", 1, 0.0, 4.0)  # a at 40% > 30%
     s.request("b1", 4.0)
     s.request("a1", 4.0)
     [grant] = s.release("b1", 2, 0.1, 4.1)  # b (below its 70%) just released
-    assert grant == Grant("a1", 3, CONFIG.quantum_min)
-    # Nobody below its request active lately: the normal quantum.
+    assert grant == Grant("a1", 3, CONFIG.quantum_min)  # far ahead of b's pace
+    # Nobody else active lately: the normal quantum.
     s.release("a1", 3, 0.005, 4.105)
     [grant] = s.request("a2", 5.0)
     assert grant.quantum == pytest.approx(CONFIG.quantum_max)
+
+
+def test_slices_are_proportional_to_requests_while_groups_alternate(two_groups):
+    s = two_groups  # a 0.3, b 0.7; one busy client each, re-requesting 1 ms after each release
+    [grant] = s.request("b1", 0.0)
+    s.request("a1", 0.0)
+    now, slices = 0.0, {"a1": [], "b1": []}
+    for _ in range(41):  # ends after one of b's slices: a is then exactly on pace
+        holder = grant.client_id
+        slices[holder].append(grant.quantum)
+        now += grant.quantum
+        [grant] = s.release(holder, grant.token_id, grant.quantum, now)
+        assert grant.client_id != holder  # the other one was waiting: the token alternates
+        s.request(holder, now + 0.001)
+    # After a catch-up slice, a's slice is its stride: quantum_max x 0.3 / 0.7.
+    assert slices["a1"][0] > slices["a1"][-1] == pytest.approx(0.1 * 0.3 / 0.7, rel=0.05)
+    assert all(q == pytest.approx(0.1) for q in slices["b1"])
+    assert s.usage("a", now) / (s.usage("a", now) + s.usage("b", now)) == pytest.approx(0.3, abs=0.01)
 
 
 # -------------------------------------------------------------- preemption
@@ -481,7 +499,8 @@ def test_higher_class_preempts_lower_once_per_token():
     assert s.advance(0.03) == []
     assert s.holder() == ("l1", 1)  # still held until released
     assert s.preemptions == {"lo": 1, "hi": 0}
-    assert s.release("l1", 1, 0.03, 0.035) == [Grant("h1", 2, 0.1)]
+    # hi's fair slice: 0.1 x 0.3/0.5, plus what it is behind lo's pace (0.035 s over lo's 5 s request).
+    assert s.release("l1", 1, 0.03, 0.035) == [Grant("h1", 2, pytest.approx(0.1 * 0.3 / 0.5 + 0.035 / 5 * 3))]
     assert s.client_quantum("l1") == pytest.approx(0.1)  # preempted release: unchanged
 
 

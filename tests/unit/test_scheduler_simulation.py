@@ -55,11 +55,11 @@ def test_lone_group_is_capped_at_its_limit():
         t += 0.5
 
 
-def test_spare_capacity_goes_to_the_group_with_least_share():
-    # Requests sum to 0.4; the remaining 0.6 is split to equalise shares.
+def test_spare_capacity_is_split_in_proportion_to_requests():
+    # Requests sum to 0.4; the remaining 0.6 is split like the requests (weighted fair share).
     _, _, shares = run_busy([0.1, 0.3])
-    assert shares[0] == pytest.approx(0.5, abs=0.02)
-    assert shares[1] == pytest.approx(0.5, abs=0.02)
+    assert shares[0] == pytest.approx(0.25, abs=0.02)
+    assert shares[1] == pytest.approx(0.75, abs=0.02)
 
 
 def test_capped_group_leaves_its_excess_to_others():
