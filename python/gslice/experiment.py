@@ -25,11 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .testing import TokendProcess
+from .units import parse_bytes
 
 
 def shim_library() -> Path:
@@ -98,13 +98,12 @@ class SharingExperiment:
         self.gpu = gpu
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="gslice-exp-"))
-        self.sim_name = f"gsx-{uuid.uuid4().hex[:12]}" if gpu == "sim" else None
-        self.sim_env: dict[str, str] = {}
-        if gpu == "sim":
-            import gslice.simgpu as simgpu
-            self.sim_env = dict(simgpu.env(self.sim_name, memory=sim_memory))
+        # The daemon owns the simulated GPU (a private one, removed on close).
         self.tokend = TokendProcess(self.base_dir, gpu="sim" if gpu == "sim" else "system",
-                                    extra_args=list(tokend_args), env=self.sim_env, window=window)
+                                    extra_args=list(tokend_args), window=window,
+                                    fake_gpu_memory=parse_bytes(sim_memory), log_level="info")
+        self.sim_name = self.tokend.sim_name
+        self.sim_env = dict(self.tokend.sim_env)
         self.shim_env = dict(shim_env or {})
         self.groups: dict[str, ExperimentGroup] = {}
         self._admin = None
@@ -129,9 +128,6 @@ class SharingExperiment:
                     proc.send_signal(signal.SIGKILL)
                 proc.wait()
         self.tokend.close()
-        if self.sim_name:
-            import gslice.simgpu as simgpu
-            simgpu.unlink(self.sim_name)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 

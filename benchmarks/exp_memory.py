@@ -1,0 +1,79 @@
+"""Memory quota under races, and how fast a killed process's memory comes back.
+
+Races: N processes of one group allocate chunks at the same instant (a
+shared start time), each trying for the whole quota, and hold what they
+got until all are done; the sum of what they hold is compared with the
+quota. Reclaim: a process holding memory is killed with SIGKILL; the time
+until tokend's ledger shows the group's memory free again."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from gslice.experiment import SharingExperiment
+
+from results_io import Result
+
+QUOTA_MIB = 256
+
+
+def race_trial(exp: SharingExperiment, group: str, processes: int, chunk_mib: int) -> int:
+    """Bytes held over the quota in one trial (0 when the quota held)."""
+    start_at = time.time() + 1.0 + 0.15 * processes
+    count = QUOTA_MIB // chunk_mib + 1
+    procs = [exp.spawn_workload(group, ["alloc", "--chunk-mib", str(chunk_mib), "--count", str(count),
+                                        "--hold-seconds", "1.0", "--start-at", f"{start_at:.3f}"])
+             for _ in range(processes)]
+    held = 0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"alloc worker failed with {proc.returncode}")
+        held += json.loads(out.strip().splitlines()[-1])["allocated_bytes"]
+    exp.groups[group].processes.clear()
+    return max(0, held - (QUOTA_MIB << 20))
+
+
+def memory_races(trials: int = 20) -> Result:
+    result = Result("memory_races", device="simulated GPU")
+    with SharingExperiment(gpu="sim") as exp:
+        exp.add_group("racers", request=0.5, memory=f"{QUOTA_MIB}MiB")
+        for processes in (4, 8):
+            for chunk_mib in (64, 1):
+                overs = [race_trial(exp, "racers", processes, chunk_mib) for _ in range(trials)]
+                result.add(f"{processes}proc/{chunk_mib}MiB/max_bytes_over_quota", max(overs), "bytes", "== 0")
+                result.details[f"{processes}proc/{chunk_mib}MiB"] = {
+                    "trials": trials, "trials_over_quota": sum(1 for o in overs if o), "bytes_over": overs}
+    return result
+
+
+def kill_reclaim(trials: int = 5) -> Result:
+    result = Result("memory_kill_reclaim", device="simulated GPU")
+    times = []
+    with SharingExperiment(gpu="sim") as exp:
+        exp.add_group("victim", request=0.5, memory="1GiB")
+        for _ in range(trials):
+            proc = exp.spawn_workload("victim", ["alloc", "--chunk-mib", "128", "--count", "4",
+                                                 "--hold-seconds", "600"])
+            proc.stdout.readline()  # the JSON line: it holds 512 MiB now
+            proc.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            while _group_memory(exp, "victim") > 0:
+                if time.monotonic() - killed > 10:
+                    raise RuntimeError("memory of a killed process not back within 10 s")
+                time.sleep(0.002)
+            times.append(time.monotonic() - killed)
+            proc.wait()
+            exp.groups["victim"].processes.clear()
+    result.add("reclaim_after_kill9_max", max(times) * 1e3, "ms", "<= 1000")
+    result.details = {"reclaim_ms": [t * 1e3 for t in times]}
+    return result
+
+
+def _group_memory(exp: SharingExperiment, group: str) -> int:
+    for g in exp.admin.status().groups:
+        if g.group.name == group:
+            return g.memory_used
+    raise KeyError(group)

@@ -1,0 +1,60 @@
+"""Priority: a high-priority inference-like client (bursts of short kernels
+with think time) next to saturating low-priority clients, against the same
+client alone. Throughput ratio and burst latency come from the client
+itself; the token wait p99 from tokend's wait histogram of its group."""
+from __future__ import annotations
+
+import json
+import time
+
+from gslice.experiment import SharingExperiment
+
+from results_io import Result
+
+BURSTS = ["bursts", "--kernel-us", "500", "--burst", "8", "--think-ms", "20"]
+LOW_KERNEL_US = 2000
+
+
+def _run(seconds: float, with_low: int) -> dict:
+    with SharingExperiment(gpu="sim") as exp:
+        exp.add_group("inference", request=0.2, limit=1.0, memory="1GiB", priority="high")
+        exp.add_group("batch", request=0.8, limit=1.0, memory="1GiB", priority="low")
+        for _ in range(with_low):
+            exp.spawn_workload("batch", ["spin", "--kernel-us", str(LOW_KERNEL_US), "--seconds", str(seconds + 10)])
+        if with_low:
+            time.sleep(1.0)
+        high = exp.spawn_workload("inference", [*BURSTS, "--seconds", str(seconds)])
+        out, _ = high.communicate(timeout=seconds + 60)
+        report = json.loads(out.strip().splitlines()[-1])
+        report["token_wait_p99_ms"] = _wait_p99_ms(exp.tokend.metrics_text(), "inference")
+    return report
+
+
+def _wait_p99_ms(metrics_text: str, group: str) -> float | None:
+    """p99 of tokend's token wait histogram for `group` (bucket upper bound)."""
+    buckets = []
+    for line in metrics_text.splitlines():
+        if line.startswith("gslice_token_wait_seconds_bucket") and f'group="{group}"' in line:
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    buckets.sort()
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= 0.99 * total:
+            return bound * 1e3
+    return None
+
+
+def priority(seconds: float = 10.0) -> Result:
+    result = Result("priority", device="simulated GPU")
+    solo = _run(seconds, with_low=0)
+    shared = _run(seconds, with_low=2)
+    result.add("throughput_vs_solo", shared["bursts_per_s"] / solo["bursts_per_s"] * 100, "%", ">= 95")
+    if shared["token_wait_p99_ms"] is not None:
+        result.add("token_wait_p99", shared["token_wait_p99_ms"], "ms", f"<= {LOW_KERNEL_US / 1000 + 1:g}")
+    result.add("burst_latency_p99_shared", shared["latency_ms_p99"], "ms")
+    result.add("burst_latency_p99_solo", solo["latency_ms_p99"], "ms")
+    result.details = {"solo": solo, "shared": shared, "low_kernel_us": LOW_KERNEL_US, "workload": BURSTS}
+    return result

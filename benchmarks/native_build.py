@@ -1,0 +1,40 @@
+"""Builds the C benchmark programs in hook/bench/ into a cache folder."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "bench"
+NANOPB = ROOT / "build" / "native" / "nanopb"
+
+
+def _gcc(args: list[str]) -> None:
+    subprocess.run(["gcc", "-O2", "-std=gnu11", *args], check=True, cwd=ROOT)
+
+
+def launch_overhead(sim_lib_dir: Path) -> Path:
+    out = BUILD / "launch_overhead"
+    BUILD.mkdir(parents=True, exist_ok=True)
+    _gcc(["-Iinclude", "hook/bench/launch_overhead.c", "-o", str(out), f"-L{sim_lib_dir}", "-lcuda"])
+    return out
+
+
+def stub_libcuda() -> Path:
+    """A libcuda.so.1 whose launches return at once (only the shim's cost remains)."""
+    lib_dir = BUILD / "stub"
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    _gcc(["-shared", "-fPIC", "-Iinclude", "hook/bench/stub_libcuda.c", "-o", str(lib_dir / "libcuda.so.1"),
+          "-ldl"])
+    return lib_dir
+
+
+def rpc_roundtrip() -> Path:
+    out = BUILD / "rpc_roundtrip"
+    BUILD.mkdir(parents=True, exist_ok=True)
+    sources = ["hook/bench/rpc_roundtrip.c", "hook/rpc_client.c", "hook/h2_connection.c", "hook/rpc_codec.c",
+               str(NANOPB / "gslice/v1/client.pb.c"), str(NANOPB / "gslice/v1/common.pb.c")]
+    runtime = subprocess.run(["gcc", "-print-file-name=libprotobuf-nanopb.a"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    _gcc(["-Ihook", f"-I{NANOPB}", *sources, runtime, "-lnghttp2", "-lpthread", "-o", str(out)])
+    return out

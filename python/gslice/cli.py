@@ -1,0 +1,263 @@
+"""`gslice`: the operator's command line.
+
+Exit status: 0 ok, 1 error (one line on stderr), 2 usage."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from . import paths
+from .errors import GsliceError
+
+USAGE_EXIT = 2
+ERROR_EXIT = 1
+
+
+def _admin(args):
+    from .client import Client
+    return Client(args.admin_socket)
+
+
+def _print_join_instructions(name: str, secret: str, client_socket: Path) -> None:
+    print(f"""
+Processes join group {name!r} with this environment:
+  {paths.ENV_SOCKET}={client_socket}
+  {paths.ENV_GROUP}={name}
+  {paths.ENV_GROUP_SECRET}={secret}
+  LD_PRELOAD=$(gslice lib-path)
+or simply: gslice run --group {shlex.quote(name)} -- COMMAND ...""")
+
+
+def cmd_group_create(args) -> int:
+    with _admin(args) as admin:
+        created = admin.create_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
+                                     priority=args.priority)
+    from .cli_tables import groups_table
+    print(f"created group {created.group.name!r}")
+    print(groups_table([created.group]))
+    client_socket = paths.client_socket(None) if not args.admin_socket else Path(args.admin_socket).with_name(
+        paths.CLIENT_SOCKET_NAME)
+    _print_join_instructions(created.group.name, created.secret, client_socket)
+    return 0
+
+
+def cmd_group_set(args) -> int:
+    with _admin(args) as admin:
+        group = admin.update_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
+                                   priority=args.priority, rotate_secret=args.rotate_secret)
+    from .cli_tables import groups_table
+    print(groups_table([group]))
+    if args.rotate_secret:
+        print(f"secret rotated: new processes need it (gslice group show {shlex.quote(args.name)} --secret); "
+              "attached processes keep running")
+    return 0
+
+
+def cmd_group_rm(args) -> int:
+    with _admin(args) as admin:
+        admin.delete_group(args.name)
+    print(f"deleted group {args.name!r}")
+    return 0
+
+
+def cmd_group_ls(args) -> int:
+    from .cli_tables import groups_table
+    with _admin(args) as admin:
+        groups = admin.list_groups()
+    if args.json:
+        print(json.dumps([g.to_dict() for g in groups], indent=2))
+    else:
+        print(groups_table(groups))
+    return 0
+
+
+def cmd_group_show(args) -> int:
+    with _admin(args) as admin:
+        status = admin.status()
+        group_status = status.group(args.name)
+        secret = admin.group_secret(args.name) if args.secret else None
+    data = {**group_status.group.to_dict(), "share": group_status.share, "memory_used": group_status.memory_used,
+            "over_quota": group_status.over_quota, "clients": group_status.clients, "waiting": group_status.waiting,
+            "tokens_granted": group_status.tokens_granted, "preemptions": group_status.preemptions,
+            "note": group_status.note}
+    if secret is not None:
+        data["secret"] = secret
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        for key, value in data.items():
+            print(f"{key + ':':16}{value}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    with _admin(args) as admin:
+        status = admin.status()
+    if args.json:
+        print(json.dumps(status.to_dict(), indent=2))
+    else:
+        from .cli_tables import status_text
+        print(status_text(status))
+    return 0
+
+
+def cmd_top(args) -> int:
+    from .cli_tables import status_text
+    clear = sys.stdout.isatty()
+    shown = 0
+    with _admin(args) as admin:
+        try:
+            while args.iterations is None or shown < args.iterations:
+                if shown:
+                    time.sleep(args.interval)
+                text = status_text(admin.status())
+                if clear:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                print(time.strftime("%H:%M:%S"), "gslice top (Ctrl-C to quit)")
+                print(text, flush=True)
+                shown += 1
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_tokend(args) -> int:
+    from gslice.tokend.__main__ import run
+    return run(args)
+
+
+def cmd_lib_path(args) -> int:
+    from .cli_doctor import shim_library_path
+    path = shim_library_path()
+    if not path.exists():
+        raise GsliceError(f"libgslice.so is not built (expected at {path}): run `python tools/build_native.py hook` "
+                          "or reinstall gslice")
+    print(path)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .cli_doctor import shim_library_path
+    command = args.command
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("gslice run: no command given; usage: gslice run --group NAME -- COMMAND ...", file=sys.stderr)
+        return USAGE_EXIT
+    library = shim_library_path()
+    if not library.exists():
+        raise GsliceError(f"libgslice.so is not built (expected at {library}): run `python tools/build_native.py hook`")
+    secret = args.secret or os.environ.get(paths.ENV_GROUP_SECRET)
+    if not secret:
+        with _admin(args) as admin:
+            secret = admin.group_secret(args.group)
+    env = dict(os.environ)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{library}:{preload}" if preload else str(library)
+    env[paths.ENV_SOCKET] = str(paths.client_socket(args.socket))
+    env[paths.ENV_GROUP] = args.group
+    env[paths.ENV_GROUP_SECRET] = secret
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        raise GsliceError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    return ERROR_EXIT  # not reached
+
+
+def cmd_doctor(args) -> int:
+    from .cli_doctor import run_checks
+    checks = run_checks(paths.client_socket(args.socket), paths.admin_socket(args.admin_socket), args.group, args.gpu)
+    for check in checks:
+        print(f"[{'ok' if check.ok else 'FAIL':4}] {check.name}: {check.detail}")
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+    return ERROR_EXIT if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gslice", description="Share one NVIDIA GPU between groups of processes.")
+    parser.add_argument("--admin-socket", default=None,
+                        help=f"tokend's admin socket (default ${paths.ENV_ADMIN_SOCKET} or {paths.DEFAULT_ADMIN_SOCKET})")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    group = sub.add_parser("group", help="create, change, list and delete groups")
+    group_sub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    create = group_sub.add_parser("create", help="create a group")
+    create.add_argument("name")
+    create.add_argument("--request", required=True, help="guaranteed share, e.g. 30%% or 0.3")
+    create.add_argument("--limit", default=None, help="cap on the share (default: the request)")
+    create.add_argument("--memory", required=True, help="GPU memory quota, e.g. 4GiB")
+    create.add_argument("--priority", default="normal", choices=["low", "normal", "high"])
+    create.set_defaults(func=cmd_group_create)
+    update = group_sub.add_parser("set", help="change a group (only the given fields)")
+    update.add_argument("name")
+    update.add_argument("--request")
+    update.add_argument("--limit")
+    update.add_argument("--memory")
+    update.add_argument("--priority", choices=["low", "normal", "high"])
+    update.add_argument("--rotate-secret", action="store_true", help="issue a new secret for new processes")
+    update.set_defaults(func=cmd_group_set)
+    remove = group_sub.add_parser("rm", help="delete a group (refused while processes are attached)")
+    remove.add_argument("name")
+    remove.set_defaults(func=cmd_group_rm)
+    listing = group_sub.add_parser("ls", help="list groups")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_group_ls)
+    show = group_sub.add_parser("show", help="one group's settings and state")
+    show.add_argument("name")
+    show.add_argument("--secret", action="store_true", help="also print the group's secret")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_group_show)
+
+    status = sub.add_parser("status", help="the GPU's groups, shares, memory and clients")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    top = sub.add_parser("top", help="live status, refreshed every second until Ctrl-C")
+    top.add_argument("--iterations", type=int, default=None, help="stop after N refreshes")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.set_defaults(func=cmd_top)
+
+    from gslice.tokend.__main__ import add_arguments
+    tokend = sub.add_parser("tokend", help="run the token daemon for one GPU in the foreground")
+    add_arguments(tokend)
+    tokend.set_defaults(func=cmd_tokend)
+
+    lib_path = sub.add_parser("lib-path", help="print the path of libgslice.so (for LD_PRELOAD)")
+    lib_path.set_defaults(func=cmd_lib_path)
+
+    run = sub.add_parser("run", help="run a command as a member of a group")
+    run.add_argument("--group", required=True)
+    run.add_argument("--socket", default=None, help=f"tokend's client socket (default ${paths.ENV_SOCKET} or "
+                                                     f"{paths.DEFAULT_CLIENT_SOCKET})")
+    run.add_argument("--secret", default=None, help=f"group secret (default ${paths.ENV_GROUP_SECRET}, "
+                                                     "else read through the admin socket)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    run.set_defaults(func=cmd_run)
+
+    doctor = sub.add_parser("doctor", help="check that this machine is ready for gslice")
+    doctor.add_argument("--group", default=None, help="also check that this group exists")
+    doctor.add_argument("--socket", default=None, help="client socket to check")
+    doctor.add_argument("--gpu", default=None, help="GPU index or UUID to look for")
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except GsliceError as exc:
+        print(f"gslice: {exc}", file=sys.stderr)
+        return ERROR_EXIT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Plain-text tables for the CLI (`gslice status`, `top`, `group ls`)."""
+from __future__ import annotations
+
+import time
+
+from .client import Group, Status
+from .units import format_bytes, format_share
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in [header, *rows]]
+    return "\n".join(lines)
+
+
+def groups_table(groups: list[Group]) -> str:
+    if not groups:
+        return "no groups (create one with: gslice group create NAME --request 30% --memory 4GiB)"
+    return table(["GROUP", "REQUEST", "LIMIT", "MEMORY", "PRIORITY"],
+                 [[g.name, format_share(g.request), format_share(g.limit), format_bytes(g.memory_quota),
+                   g.priority.name.lower()] for g in groups])
+
+
+def status_text(status: Status) -> str:
+    lines = [
+        f"GPU {status.gpu_uuid} ({status.gpu_name}), {format_bytes(status.physical_memory)}, "
+        f"window {status.window_seconds:g} s, busy {format_share(status.busy_fraction)}, "
+        f"{status.decisions} decisions",
+    ]
+    if status.holder_client_id:
+        lines.append(f"token {status.token_id} held by {status.holder_client_id} (group {status.holder_group}); "
+                     f"{len(status.waiting_client_ids)} waiting")
+    else:
+        lines.append(f"token free; {len(status.waiting_client_ids)} waiting")
+    lines.append("")
+    if status.groups:
+        lines.append(table(
+            ["GROUP", "SHARE", "REQUEST", "LIMIT", "PRIORITY", "MEMORY USED/QUOTA", "CLIENTS", "WAITING", "TOKENS",
+             "PREEMPTED"],
+            [[g.group.name, format_share(g.share), format_share(g.group.request), format_share(g.group.limit),
+              g.group.priority.name.lower(),
+              f"{format_bytes(g.memory_used)}/{format_bytes(g.group.memory_quota)}" + (" OVER" if g.over_quota else ""),
+              str(g.clients), str(g.waiting), str(g.tokens_granted), str(g.preemptions)] for g in status.groups]))
+        for g in status.groups:
+            if g.note:
+                lines.append(f"note: {g.group.name}: {g.note}")
+    else:
+        lines.append("no groups")
+    if status.clients:
+        lines.append("")
+        lines.append(table(
+            ["CLIENT", "GROUP", "PID", "PROCESS", "STATE", "MEMORY", "ATTACHED"],
+            [[c.client_id[:12], c.group, str(c.pid), c.process_name or "?",
+              "holding" if c.holding else "waiting" if c.waiting else "idle", format_bytes(c.memory_used),
+              time.strftime("%H:%M:%S", time.localtime(c.attached_at))] for c in status.clients]))
+    return "\n".join(lines)

@@ -1,0 +1,319 @@
+"""The operator API: manage groups and read the status of one tokend over its
+admin socket.
+
+    import gslice
+    with gslice.Client() as admin:            # $GSLICE_ADMIN_SOCKET or /run/gslice/admin.sock
+        created = admin.create_group("training", request="30%", limit="50%", memory="4GiB")
+        print(created.secret)                 # hand to the group's processes
+        print(admin.status().groups)
+
+Values are checked here before anything is sent; daemon refusals come back
+as the typed errors of gslice.errors."""
+from __future__ import annotations
+
+import enum
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from . import paths
+from .errors import (AlreadyExists, Conflict, DaemonError, DaemonUnavailable, GsliceError, InvalidValue, NotFound,
+                     PermissionDenied)
+from .units import parse_bytes, parse_share
+from .v1 import admin_pb2, admin_pb2_grpc
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class Priority(enum.IntEnum):
+    """Priority class of a group (same numbers as the protocol)."""
+    LOW = 1
+    NORMAL = 2
+    HIGH = 3
+
+    @classmethod
+    def parse(cls, value: "str | int | Priority") -> "Priority":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.strip().upper() in cls.__members__:
+            return cls[value.strip().upper()]
+        if isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
+            return cls(value)
+        raise InvalidValue(f"priority {value!r} is not one of: low, normal, high")
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    request: float
+    limit: float
+    memory_quota: int
+    priority: Priority
+
+    @classmethod
+    def from_proto(cls, group: admin_pb2.Group) -> "Group":
+        return cls(group.name, group.request, group.limit, group.memory_quota,
+                   Priority(group.priority or Priority.NORMAL))
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["priority"] = self.priority.name.lower()
+        return data
+
+
+@dataclass(frozen=True)
+class CreatedGroup:
+    group: Group
+    secret: str
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    group: Group
+    share: float
+    memory_used: int
+    over_quota: bool
+    clients: int
+    waiting: int
+    note: str
+    tokens_granted: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class ClientStatus:
+    client_id: str
+    group: str
+    pid: int
+    process_name: str
+    holding: bool
+    waiting: bool
+    memory_used: int
+    attached_at: float
+
+
+@dataclass(frozen=True)
+class Status:
+    gpu_uuid: str
+    gpu_name: str
+    physical_memory: int
+    window_seconds: float
+    holder_client_id: str
+    holder_group: str
+    token_id: int
+    waiting_client_ids: list[str]
+    groups: list[GroupStatus]
+    clients: list[ClientStatus]
+    busy_fraction: float
+    now: float
+    decisions: int
+
+    @classmethod
+    def from_proto(cls, reply: admin_pb2.GpuStatus) -> "Status":
+        return cls(
+            gpu_uuid=reply.gpu_uuid, gpu_name=reply.gpu_name, physical_memory=reply.physical_memory,
+            window_seconds=reply.window_seconds, holder_client_id=reply.holder_client_id,
+            holder_group=reply.holder_group, token_id=reply.token_id,
+            waiting_client_ids=list(reply.waiting_client_ids),
+            groups=[GroupStatus(Group.from_proto(g.group), g.share, g.memory_used, g.over_quota, g.clients,
+                                g.waiting, g.note, g.tokens_granted, g.preemptions) for g in reply.groups],
+            clients=[ClientStatus(c.client_id, c.group, c.pid, c.process_name, c.holding, c.waiting, c.memory_used,
+                                  c.attached_at) for c in reply.clients],
+            busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions)
+
+    def group(self, name: str) -> GroupStatus:
+        for status in self.groups:
+            if status.group.name == name:
+                return status
+        raise NotFound(f"no group named {name!r} in the status; groups: {[g.group.name for g in self.groups]}")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for entry, status in zip(data["groups"], self.groups):
+            entry["group"] = status.group.to_dict()
+        return data
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    kind: str
+    group: str
+    client_id: str
+    message: str
+
+
+_STATUS_ERRORS = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidValue,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidValue,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: Conflict,
+    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+}
+
+
+def health_status(socket_path: str | os.PathLike, timeout: float = 1.0) -> str:
+    """grpc.health.v1 status of a tokend socket: 'SERVING', 'NOT_SERVING', ...,
+    or 'UNREACHABLE' when nothing answers."""
+    with grpc.insecure_channel(paths.grpc_target(socket_path)) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                               timeout=timeout)
+        except grpc.RpcError:
+            return "UNREACHABLE"
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+# Same rule as the daemon's (tokend/scheduler.py), checked here to fail fast.
+_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def check_group_name(name: str) -> str:
+    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
+        raise InvalidValue(f"group name {name!r} is invalid: expected 1 to 63 characters of [A-Za-z0-9._-] "
+                           "starting with a letter or digit")
+    return name
+
+
+class EventStream:
+    """Iterator over the daemon's events; subscribed once constructed. Close it
+    (or use it as a context manager) to stop watching."""
+
+    def __init__(self, call, socket_path: Path):
+        self._call = call
+        self._socket_path = socket_path
+        first = self._next_raw()  # the daemon's "watch_started": registration done
+        if first.kind != "watch_started":
+            self._pending = [first]
+        else:
+            self._pending = []
+
+    def _next_raw(self) -> admin_pb2.Event:
+        try:
+            return next(self._call)
+        except grpc.RpcError as exc:
+            raise _translate(exc, self._socket_path) from None
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        try:
+            raw = self._pending.pop(0) if self._pending else self._next_raw()
+        except GsliceError:
+            if self._call.code() == grpc.StatusCode.CANCELLED:
+                raise StopIteration from None
+            raise
+        return Event(raw.time, raw.kind, raw.group, raw.client_id, raw.message)
+
+    def close(self) -> None:
+        self._call.cancel()
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _translate(exc: grpc.RpcError, socket_path: Path) -> GsliceError:
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return DaemonUnavailable(socket_path, details)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DaemonUnavailable(socket_path, f"no answer in time: {details}")
+    error_type = _STATUS_ERRORS.get(code)
+    if error_type is None:
+        return DaemonError(f"tokend answered {code.name}: {details}")
+    return error_type(details)
+
+
+class Client:
+    """Connection to one tokend's admin socket."""
+
+    def __init__(self, admin_socket: str | os.PathLike | None = None, timeout: float = DEFAULT_TIMEOUT):
+        self.socket_path = paths.admin_socket(admin_socket)
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(paths.grpc_target(self.socket_path))
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    # -- plumbing
+    def _call(self, method: str, request):
+        if not self.socket_path.exists():
+            raise DaemonUnavailable(self.socket_path, "no such socket")
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise _translate(exc, self.socket_path) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- groups
+    def create_group(self, name: str, request, limit=None, memory="4GiB", priority="normal") -> CreatedGroup:
+        """Create a group; `limit` defaults to `request`. Returns the group and its secret."""
+        check_group_name(name)
+        request_share = parse_share(request)
+        limit_share = request_share if limit is None else parse_share(limit)
+        if limit_share < request_share:
+            raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
+        group = admin_pb2.Group(name=name, request=request_share, limit=limit_share,
+                                memory_quota=parse_bytes(memory), priority=int(Priority.parse(priority)))
+        reply = self._call("CreateGroup", admin_pb2.CreateGroupRequest(group=group))
+        return CreatedGroup(Group.from_proto(reply.group), reply.secret)
+
+    def update_group(self, name: str, request=None, limit=None, memory=None, priority=None,
+                     rotate_secret: bool = False) -> Group:
+        """Change the given fields only; returns the group as it is now."""
+        check_group_name(name)
+        update = admin_pb2.UpdateGroupRequest(name=name, rotate_secret=bool(rotate_secret))
+        if request is not None:
+            update.request = parse_share(request)
+        if limit is not None:
+            update.limit = parse_share(limit)
+        if memory is not None:
+            update.memory_quota = parse_bytes(memory)
+        if priority is not None:
+            update.priority = int(Priority.parse(priority))
+        if request is not None and limit is not None and update.limit < update.request:
+            raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
+        return Group.from_proto(self._call("UpdateGroup", update))
+
+    def delete_group(self, name: str) -> None:
+        self._call("DeleteGroup", admin_pb2.DeleteGroupRequest(name=check_group_name(name)))
+
+    def list_groups(self) -> list[Group]:
+        return [Group.from_proto(g) for g in self._call("ListGroups", admin_pb2.ListGroupsRequest()).groups]
+
+    def get_group(self, name: str) -> Group:
+        for group in self.list_groups():
+            if group.name == name:
+                return group
+        raise NotFound(f"no group named {name!r}")
+
+    def group_secret(self, name: str) -> str:
+        return self._call("GetGroupSecret", admin_pb2.GetGroupSecretRequest(name=check_group_name(name))).secret
+
+    # -- observing
+    def status(self) -> Status:
+        return Status.from_proto(self._call("GetStatus", admin_pb2.GetStatusRequest()))
+
+    def watch(self) -> EventStream:
+        """Events as they happen; subscribed when this returns."""
+        if not self.socket_path.exists():
+            raise DaemonUnavailable(self.socket_path, "no such socket")
+        return EventStream(self._stub.Watch(admin_pb2.WatchRequest()), self.socket_path)

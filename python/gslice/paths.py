@@ -1,0 +1,46 @@
+"""Where gslice's sockets and state live by default, and the environment
+variables that override them (shared by the daemon, the operator API, the
+CLI and the shim's environment contract)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_SOCKET_DIR = Path("/run/gslice")
+DEFAULT_STATE_DIR = Path("/var/lib/gslice")
+CLIENT_SOCKET_NAME = "client.sock"
+ADMIN_SOCKET_NAME = "admin.sock"
+PID_FILE_NAME = "tokend.pid"
+GROUPS_FILE_NAME = "groups.json"
+
+# Read by the shim (libgslice.so) in every CUDA process.
+ENV_SOCKET = "GSLICE_SOCKET"
+ENV_GROUP = "GSLICE_GROUP"
+ENV_GROUP_SECRET = "GSLICE_GROUP_SECRET"
+ENV_LOG_LEVEL = "GSLICE_LOG_LEVEL"
+# Read by the operator API and the CLI.
+ENV_ADMIN_SOCKET = "GSLICE_ADMIN_SOCKET"
+
+DEFAULT_CLIENT_SOCKET = DEFAULT_SOCKET_DIR / CLIENT_SOCKET_NAME
+DEFAULT_ADMIN_SOCKET = DEFAULT_SOCKET_DIR / ADMIN_SOCKET_NAME
+
+
+def admin_socket(explicit: str | os.PathLike | None = None) -> Path:
+    """The admin socket: the argument, else $GSLICE_ADMIN_SOCKET, else the default."""
+    if explicit:
+        return Path(explicit)
+    from_env = os.environ.get(ENV_ADMIN_SOCKET)
+    return Path(from_env) if from_env else DEFAULT_ADMIN_SOCKET
+
+
+def client_socket(explicit: str | os.PathLike | None = None) -> Path:
+    """The client socket: the argument, else $GSLICE_SOCKET, else the default."""
+    if explicit:
+        return Path(explicit)
+    from_env = os.environ.get(ENV_SOCKET)
+    return Path(from_env) if from_env else DEFAULT_CLIENT_SOCKET
+
+
+def grpc_target(socket_path: str | os.PathLike) -> str:
+    """gRPC target string for a unix socket path (absolute form)."""
+    return f"unix://{Path(socket_path).absolute()}"

@@ -1,0 +1,156 @@
+"""Client processes coming and going: kill -9 frees token and memory at once;
+revocations (priority preemption, expiry) reach the holder's Control stream."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+MiB = 1024**2
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """Start stand-in client processes (python -m gslice.testing ...); all killed at teardown."""
+    processes: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "gslice.testing", *args], stdout=subprocess.PIPE,
+                                stderr=open(tmp_path / f"client{len(processes)}.err", "wb"), text=True)
+        processes.append(proc)
+        return proc
+
+    yield start
+    for proc in processes:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn):
+    # A grace of 60 s: only the kill can free the token within the test.
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    admin = tokend.admin()
+    victim_group = admin.create_group("victim", request=0.5, memory="1GiB")
+    waiter_group = admin.create_group("waiter", request=0.5, memory="1GiB")
+    holder = spawn("hold", "--socket", str(tokend.client_socket), "--group", "victim",
+                   "--secret", victim_group.secret, "--reserve", str(512 * MiB))
+    line = holder.stdout.readline()
+    assert line, "the holder process exited before taking the token"
+    held = json.loads(line)
+    status = admin.status()
+    assert status.holder_client_id == held["client_id"]
+    assert status.group("victim").memory_used == 512 * MiB
+
+    waiter = tokend.shim_client("waiter", waiter_group.secret)
+    granted_at: list[float] = []
+
+    def wait_for_token():
+        waiter.acquire(timeout_ms=20000)
+        granted_at.append(time.monotonic())
+
+    thread = threading.Thread(target=wait_for_token)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while waiter.client_id not in admin.status().waiting_client_ids:  # queued behind the holder
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    killed_at = time.monotonic()
+    holder.kill()
+    memory_back_at = None
+    while time.monotonic() - killed_at < 5:
+        if admin.status().group("victim").memory_used == 0:
+            memory_back_at = time.monotonic()
+            break
+        time.sleep(0.01)
+    thread.join(timeout=20)
+    assert granted_at, "the waiting client never got the token"
+    token_delay = granted_at[0] - killed_at
+    memory_delay = memory_back_at - killed_at if memory_back_at else None
+    print(f"after kill -9: token to the waiter in {token_delay * 1e3:.1f} ms, memory back in "
+          f"{memory_delay * 1e3 if memory_delay else float('nan'):.1f} ms")
+    assert memory_delay is not None and memory_delay < 1.0
+    assert token_delay < 1.0
+    status = admin.status()
+    assert status.holder_client_id == waiter.client_id
+    assert [c.client_id for c in status.clients] == [waiter.client_id]
+
+
+def test_higher_priority_waiter_revokes_the_holder(tokend_factory):
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    admin = tokend.admin()
+    low = admin.create_group("low", request=0.3, limit=1.0, memory="1GiB", priority="low")
+    high = admin.create_group("high", request=0.3, limit=1.0, memory="1GiB", priority="high")
+    holder = tokend.shim_client("low", low.secret)
+    token = holder.acquire()
+    urgent = tokend.shim_client("high", high.secret)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(urgent.acquire(timeout_ms=20000)))
+    thread.start()
+    event = holder.next_event(timeout=10)
+    assert event is not None and event.WhichOneof("event") == "revoke"
+    assert event.revoke.token_id == token and event.revoke.reason
+    holder.release(token, used_us=2000)
+    thread.join(timeout=20)
+    assert result and result[0] > token
+    assert admin.status().group("low").preemptions == 1
+    assert tokend.metric_value("gslice_preemptions_total", group="low") == 1
+
+
+def test_token_not_released_in_time_expires(tokend_factory):
+    tokend = tokend_factory(extra_args=["--quantum-min-ms", "5", "--quantum-max-ms", "20", "--grace-ms", "50"])
+    admin = tokend.admin()
+    created = admin.create_group("slow", request=0.5, limit=1.0, memory="1GiB")
+    with admin.watch() as events:
+        holder = tokend.shim_client("slow", created.secret)
+        token = holder.acquire()
+        event = holder.next_event(timeout=10)
+        assert event is not None and event.WhichOneof("event") == "revoke"
+        assert (event.revoke.token_id, event.revoke.reason) == (token, "expired")
+        with pytest.raises(grpc.RpcError) as info:
+            holder.release(token, used_us=100_000)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        kinds = [next(events).kind for _ in range(2)]
+    assert kinds == ["client_attached", "token_expired"]
+    assert tokend.metric_value("gslice_token_expiries_total", group="slow") == 1
+    # The token went back into circulation.
+    assert holder.acquire(timeout_ms=5000) > token
+
+
+def test_detach_during_wait_and_clean_detach_free_everything(tokend_factory):
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    admin = tokend.admin()
+    created = admin.create_group("g", request=0.5, memory="1GiB")
+    holder = tokend.shim_client("g", created.secret)
+    token = holder.acquire()
+    assert holder.reserve(100 * MiB).granted
+    waiter = tokend.shim_client("g", created.secret)
+    failure: list[grpc.RpcError] = []
+
+    def wait():
+        try:
+            waiter.acquire(timeout_ms=20000)
+        except grpc.RpcError as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while waiter.client_id not in admin.status().waiting_client_ids:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    waiter.detach()
+    thread.join(timeout=20)
+    assert failure and failure[0].code() == grpc.StatusCode.ABORTED
+    assert admin.status().waiting_client_ids == []
+    holder.detach()
+    status = admin.status()
+    assert (status.holder_client_id, status.clients, status.group("g").memory_used) == ("", [], 0)
+    assert token > 0

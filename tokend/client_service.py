@@ -1,0 +1,55 @@
+"""gslice.v1.ClientService: what every shim speaks, on client.sock. A thin
+translation onto the Coordinator; errors are raised typed and mapped to
+statuses by rpc_guard."""
+from __future__ import annotations
+
+from gslice.v1 import client_pb2
+
+from .coordinator import Coordinator
+
+
+class ClientService:
+    def __init__(self, coordinator: Coordinator):
+        self._coordinator = coordinator
+
+    async def Attach(self, request: client_pb2.AttachRequest, context) -> client_pb2.AttachReply:
+        return self._coordinator.attach(request)
+
+    async def Detach(self, request: client_pb2.DetachRequest, context) -> client_pb2.DetachReply:
+        self._coordinator.session(request.client_id)  # unknown -> NOT_FOUND
+        self._coordinator.detach(request.client_id, "Detach requested")
+        return client_pb2.DetachReply()
+
+    async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
+        return await self._coordinator.acquire(request.client_id, request.timeout_ms)
+
+    async def ReleaseToken(self, request: client_pb2.ReleaseTokenRequest, context) -> client_pb2.ReleaseTokenReply:
+        self._coordinator.release_token(request)
+        return client_pb2.ReleaseTokenReply()
+
+    async def ReserveMemory(self, request: client_pb2.ReserveMemoryRequest, context) -> client_pb2.ReserveMemoryReply:
+        return self._coordinator.reserve_memory(request.client_id, request.bytes)
+
+    async def ReleaseMemory(self, request: client_pb2.ReleaseMemoryRequest, context) -> client_pb2.ReleaseMemoryReply:
+        return self._coordinator.release_memory(request.client_id, request.bytes)
+
+    async def GetMemoryInfo(self, request: client_pb2.GetMemoryInfoRequest, context) -> client_pb2.GetMemoryInfoReply:
+        return self._coordinator.memory_info(request.client_id)
+
+    async def Control(self, request: client_pb2.ControlRequest, context):
+        coordinator = self._coordinator
+        client_id = request.client_id
+        session = coordinator.open_control(client_id)
+        # However the RPC ends (client exit, kill -9 -> EOF -> cancel), the
+        # client is detached at once: the callback covers a generator that
+        # is abandoned while suspended, the finally a normal end.
+        context.add_done_callback(lambda _ctx: coordinator.detach(client_id, "Control stream ended"))
+        try:
+            yield client_pb2.ControlEvent(ready=client_pb2.Ready())
+            while True:
+                item = await session.control_queue.get()
+                if coordinator.is_end_of_stream(item):
+                    return
+                yield item
+        finally:
+            coordinator.detach(client_id, "Control stream ended")

@@ -1,0 +1,508 @@
+"""Runs the sans-I/O core (scheduler + memory ledger) on the daemon's asyncio
+loop and keeps everything the core does not: client sessions, the futures
+AcquireToken waits on, Control stream queues, the wake-up timer, the
+persisted group table, events and metrics.
+
+Every core call happens on the loop thread, so the core needs no locks and
+each ledger operation is atomic across all client processes. Every list of
+decisions the core returns goes through `_apply`, and after every core call
+the single wake-up timer is re-armed at `scheduler.next_wakeup()`."""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+
+import grpc
+
+from gslice.v1 import admin_pb2, client_pb2
+
+from .events import EventHub
+from .gpu_discovery import GpuInfo
+from .memory_ledger import MemoryLedger
+from .metrics import TokendMetrics
+from .rpc_guard import RpcFailure
+from .scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
+from .state_store import GroupStore, StoredGroup
+
+log = logging.getLogger("gslice.tokend")
+
+PROTOCOL_VERSION = 1
+DEFAULT_ACQUIRE_TIMEOUT = 30.0
+# A client that attached but never opened its Control stream is detached
+# after this long: without the stream its death would go unnoticed.
+DEFAULT_CONTROL_OPEN_TIMEOUT = 10.0
+_DETACHED = object()  # Control queue sentinel: the client is gone, end the stream
+
+
+@dataclass
+class ClientSession:
+    client_id: str
+    group: str
+    pid: int
+    process_name: str
+    attached_at: float  # wall clock, for display
+    control_queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    control_open: bool = False
+    pending_grant: asyncio.Future | None = None
+    requested_at: float = 0.0  # monotonic, for the wait histogram
+
+
+class Coordinator:
+    def __init__(self, gpu: GpuInfo, config: SchedulerConfig, store: GroupStore, metrics: TokendMetrics,
+                 control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT):
+        config.validate()
+        self.gpu = gpu
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.events = EventHub(on_drop=metrics.events_dropped.inc)
+        self.scheduler = Scheduler(config)
+        self.ledger = MemoryLedger()
+        self.control_open_timeout = control_open_timeout
+        self.sessions: dict[str, ClientSession] = {}
+        self.secrets: dict[str, str] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        metrics.gpu_info.labels(gpu.uuid, gpu.name).set(1)
+
+    # ----------------------------------------------------------------- core
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop all core calls run on; its clock must be time.monotonic."""
+        self._loop = loop
+
+    def load_groups(self) -> None:
+        """Restore the persisted groups (before serving)."""
+        now = time.monotonic()
+        for stored in self.store.load():
+            spec = GroupSpec(stored.name, stored.request, stored.limit, stored.memory_quota, Priority(stored.priority))
+            try:
+                self._check_spec(spec)
+                self._apply(self.scheduler.add_group(spec, now))
+            except Exception as exc:
+                raise ValueError(f"group {stored.name!r} in {self.store.path} is refused: {exc}") from None
+            self.ledger.set_group(spec.name, spec.memory_quota)
+            self.secrets[spec.name] = stored.secret
+            self._publish_group_metrics(spec)
+        log.info("loaded %d group(s) from %s", len(self.secrets), self.store.path)
+
+    def _core(self, method, *args, **kwargs) -> None:
+        """Call a scheduler method with the current time and apply its decisions."""
+        decisions = method(*args, time.monotonic(), **kwargs)
+        self._apply(decisions)
+
+    def _apply(self, decisions) -> None:
+        """The one place scheduler decisions take effect."""
+        for decision in decisions:
+            if isinstance(decision, Grant):
+                self._on_grant(decision)
+            elif isinstance(decision, Revoke):
+                self._on_revoke(decision)
+            elif isinstance(decision, Expire):
+                self._on_expire(decision)
+            else:
+                log.error("scheduler returned an unknown decision %r; ignored", decision)
+                continue
+            self.metrics.decisions.labels(type(decision).__name__.lower()).inc()
+        self._arm_timer()
+
+    def _on_grant(self, grant: Grant) -> None:
+        session = self.sessions.get(grant.client_id)
+        waiter = session.pending_grant if session else None
+        if waiter is None or waiter.done():
+            # Nobody is waiting for it any more: hand it straight back.
+            log.warning("grant of token %d to %s that no AcquireToken waits for; releasing it",
+                        grant.token_id, grant.client_id)
+            if session is not None:
+                self._core(self.scheduler.release, grant.client_id, grant.token_id, 0.0, idle=True)
+            return
+        waiter.set_result(grant)
+        self.metrics.tokens_granted.labels(session.group).inc()
+        self.metrics.token_wait.labels(session.group).observe(max(0.0, time.monotonic() - session.requested_at))
+
+    def _on_revoke(self, revoke: Revoke) -> None:
+        session = self.sessions.get(revoke.client_id)
+        if session is None:
+            return
+        session.control_queue.put_nowait(client_pb2.ControlEvent(
+            revoke=client_pb2.Revoke(token_id=revoke.token_id, reason=revoke.reason)))
+        self.metrics.preemptions.labels(session.group).inc()
+        self.events.publish("preempted", session.group, revoke.client_id,
+                            f"token {revoke.token_id} revoked: {revoke.reason}")
+
+    def _on_expire(self, expire: Expire) -> None:
+        session = self.sessions.get(expire.client_id)
+        if session is None:
+            return
+        session.control_queue.put_nowait(client_pb2.ControlEvent(
+            revoke=client_pb2.Revoke(token_id=expire.token_id, reason="expired")))
+        self.metrics.expiries.labels(session.group).inc()
+        self.events.publish("token_expired", session.group, expire.client_id,
+                            f"token {expire.token_id} not released within quantum + grace; "
+                            f"charged {expire.charged * 1e3:.1f} ms")
+
+    def _arm_timer(self) -> None:
+        if self._loop is None:
+            return
+        when = self.scheduler.next_wakeup()
+        if when == self._timer_when and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_when = when
+        if when is not None:
+            self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_when = None
+        try:
+            self._core(self.scheduler.advance)
+        except Exception:
+            log.exception("scheduler advance failed")
+            self._arm_timer()
+
+    # -------------------------------------------------------------- clients
+    def session(self, client_id: str) -> ClientSession:
+        session = self.sessions.get(client_id)
+        if session is None:
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND,
+                             f"unknown client_id {client_id!r}: not attached (or detached, or tokend restarted); "
+                             "call Attach again")
+        return session
+
+    def attach(self, request: client_pb2.AttachRequest) -> client_pb2.AttachReply:
+        if request.protocol_version not in (0, PROTOCOL_VERSION):
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"protocol_version {request.protocol_version} is not supported; "
+                             f"this tokend speaks {PROTOCOL_VERSION}")
+        secret = self.secrets.get(request.group)
+        if secret is None:
+            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, f"no group named {request.group!r} on this tokend")
+        if not hmac.compare_digest(secret.encode(), request.secret.encode()):
+            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, f"wrong secret for group {request.group!r}")
+        if request.gpu_uuid and request.gpu_uuid != self.gpu.uuid:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"client asked for GPU {request.gpu_uuid!r} but this tokend serves {self.gpu.uuid!r}")
+        client_id = secrets.token_hex(16)
+        self._core(self.scheduler.attach, client_id, request.group)
+        try:
+            self.ledger.attach(client_id, request.group, declared=request.reserved_bytes)
+        except BaseException:
+            self._core(self.scheduler.detach, client_id)
+            raise
+        session = ClientSession(client_id, request.group, request.pid, request.process_name, time.time())
+        self.sessions[client_id] = session
+        if self._loop is not None:
+            self._loop.call_later(self.control_open_timeout, self._drop_if_no_control, client_id)
+        spec = self.scheduler.group(request.group)
+        used = self.ledger.group_used(request.group)
+        self._publish_memory(request.group)
+        self._publish_clients(request.group)
+        self.events.publish("client_attached", request.group, client_id,
+                            f"pid {request.pid} ({request.process_name or '?'}) declared "
+                            f"{request.reserved_bytes} bytes held")
+        return client_pb2.AttachReply(
+            client_id=client_id, group=request.group, gpu_uuid=self.gpu.uuid,
+            memory_quota=spec.memory_quota, memory_used=used, physical_memory=self.gpu.memory_total,
+            quantum_min_us=round(self.config.quantum_min * 1e6), quantum_max_us=round(self.config.quantum_max * 1e6),
+            grace_us=round(self.config.grace * 1e6), priority=int(spec.priority))
+
+    def _drop_if_no_control(self, client_id: str) -> None:
+        session = self.sessions.get(client_id)
+        if session is not None and not session.control_open:
+            self.detach(client_id, f"no Control stream opened within {self.control_open_timeout:g} s of Attach")
+
+    def detach(self, client_id: str, reason: str) -> bool:
+        """Forget a client at once: its token, its waits and its memory. Idempotent."""
+        session = self.sessions.pop(client_id, None)
+        if session is None:
+            return False
+        try:
+            self._core(self.scheduler.detach, client_id)
+        finally:
+            freed = self.ledger.detach(client_id)
+            if session.pending_grant is not None and not session.pending_grant.done():
+                session.pending_grant.set_exception(RpcFailure(
+                    grpc.StatusCode.ABORTED, f"client {client_id} was detached while waiting: {reason}"))
+            session.control_queue.put_nowait(_DETACHED)
+            self._publish_memory(session.group)
+            self._publish_clients(session.group)
+            self.events.publish("client_detached", session.group, client_id, f"{reason}; freed {freed} bytes")
+            log.info("client %s (group %s, pid %d) detached: %s; freed %d bytes",
+                     client_id, session.group, session.pid, reason, freed)
+        return True
+
+    async def acquire(self, client_id: str, timeout_ms: int) -> client_pb2.AcquireTokenReply:
+        session = self.session(client_id)
+        if session.pending_grant is not None:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"client {client_id} already has an AcquireToken waiting; one at a time")
+        timeout = timeout_ms / 1000.0 if timeout_ms else DEFAULT_ACQUIRE_TIMEOUT
+        waiter = asyncio.get_running_loop().create_future()
+        session.pending_grant = waiter
+        session.requested_at = time.monotonic()
+        granted = False
+        try:
+            self._core(self.scheduler.request, client_id)
+            try:
+                # Uncontended: granted inside request(); skip the timer machinery.
+                grant = waiter.result() if waiter.done() else await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except asyncio.TimeoutError:
+                raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                 f"no token for client {client_id} within {timeout_ms or timeout * 1000:.0f} ms") from None
+            granted = True
+            return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
+        finally:
+            if session.pending_grant is waiter:
+                session.pending_grant = None
+            if not granted and self.sessions.get(client_id) is session:
+                self._abandon_wait(client_id, waiter)
+
+    def _abandon_wait(self, client_id: str, waiter: asyncio.Future) -> None:
+        """The AcquireToken ended without telling the client about a grant (timeout,
+        cancelled RPC): withdraw the request, or return a token granted in between."""
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            grant = waiter.result()
+            self._core(self.scheduler.release, client_id, grant.token_id, 0.0, idle=True)
+            return
+        waiter.cancel()
+        try:
+            self._core(self.scheduler.cancel, client_id)
+        except Exception as exc:  # e.g. the core never queued it because request() raised
+            log.debug("cancel of %s's wait: %s", client_id, exc)
+
+    def release_token(self, request: client_pb2.ReleaseTokenRequest) -> None:
+        self.session(request.client_id)
+        self._core(self.scheduler.release, request.client_id, request.token_id, request.used_us / 1e6,
+                   idle=request.idle)
+
+    def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
+        session = self.session(client_id)
+        if size == 0:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "ReserveMemory of 0 bytes; ask for at least 1 byte")
+        reservation = self.ledger.reserve(client_id, size)
+        if not reservation.granted:
+            self.metrics.memory_refused.labels(session.group).inc()
+            self.events.publish("memory_refused", session.group, client_id,
+                                f"asked {size} bytes; group uses {reservation.used} of {reservation.quota}")
+        self._publish_memory(session.group)
+        return client_pb2.ReserveMemoryReply(granted=reservation.granted, used=reservation.used, quota=reservation.quota)
+
+    def release_memory(self, client_id: str, size: int) -> client_pb2.ReleaseMemoryReply:
+        session = self.session(client_id)
+        if size == 0:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "ReleaseMemory of 0 bytes; release at least 1 byte")
+        reservation = self.ledger.release(client_id, size)
+        self._publish_memory(session.group)
+        return client_pb2.ReleaseMemoryReply(used=reservation.used, quota=reservation.quota)
+
+    def memory_info(self, client_id: str) -> client_pb2.GetMemoryInfoReply:
+        session = self.session(client_id)
+        return client_pb2.GetMemoryInfoReply(quota=self.ledger.group_quota(session.group),
+                                             used=self.ledger.group_used(session.group),
+                                             physical_total=self.gpu.memory_total)
+
+    def open_control(self, client_id: str) -> ClientSession:
+        session = self.session(client_id)
+        if session.control_open:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"client {client_id} already has a Control stream open; one per client")
+        session.control_open = True
+        return session
+
+    @staticmethod
+    def is_end_of_stream(item) -> bool:
+        return item is _DETACHED
+
+    # --------------------------------------------------------------- groups
+    def _check_spec(self, spec: GroupSpec) -> None:
+        spec.validate()
+        if spec.memory_quota > self.gpu.memory_total:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"memory_quota {spec.memory_quota} bytes of group {spec.name!r} exceeds the GPU's "
+                             f"physical memory of {self.gpu.memory_total} bytes")
+
+    @staticmethod
+    def _spec_from_proto(group: admin_pb2.Group) -> GroupSpec:
+        priority = group.priority or Priority.NORMAL
+        if priority not in Priority._value2member_map_:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"priority {group.priority} is not one of LOW=1, NORMAL=2, HIGH=3")
+        return GroupSpec(group.name, group.request, group.limit, group.memory_quota, Priority(priority))
+
+    @staticmethod
+    def group_proto(spec: GroupSpec) -> admin_pb2.Group:
+        return admin_pb2.Group(name=spec.name, request=spec.request, limit=spec.limit,
+                               memory_quota=spec.memory_quota, priority=int(spec.priority))
+
+    def _save_groups(self, secrets_table: dict[str, str]) -> None:
+        specs = {spec.name: spec for spec in self.scheduler.groups()}
+        self.store.save([StoredGroup(name, spec.request, spec.limit, spec.memory_quota, int(spec.priority),
+                                     secrets_table[name]) for name, spec in specs.items()])
+
+    def create_group(self, group: admin_pb2.Group) -> admin_pb2.CreateGroupReply:
+        spec = self._spec_from_proto(group)
+        self._check_spec(spec)
+        self._core(self.scheduler.add_group, spec)
+        secret = secrets.token_urlsafe(24)
+        try:
+            self._save_groups({**self.secrets, spec.name: secret})
+        except BaseException:
+            self._core(self.scheduler.remove_group, spec.name)
+            raise
+        self.secrets[spec.name] = secret
+        self.ledger.set_group(spec.name, spec.memory_quota)
+        self._publish_group_metrics(spec)
+        self.events.publish("group_created", spec.name, message=_describe(spec))
+        return admin_pb2.CreateGroupReply(group=self.group_proto(spec), secret=secret)
+
+    def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.Group:
+        old = self.scheduler.group(request.name)  # NotFound from the core
+        changes = {}
+        if request.HasField("request"):
+            changes["request"] = request.request
+        if request.HasField("limit"):
+            changes["limit"] = request.limit
+        if request.HasField("memory_quota"):
+            changes["memory_quota"] = request.memory_quota
+        if request.HasField("priority"):
+            changes["priority"] = request.priority or Priority.NORMAL
+        if "priority" in changes and changes["priority"] not in Priority._value2member_map_:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"priority {changes['priority']} is not one of LOW=1, NORMAL=2, HIGH=3")
+        if "priority" in changes:
+            changes["priority"] = Priority(changes["priority"])
+        new = replace(old, **changes)
+        self._check_spec(new)
+        self._core(self.scheduler.update_group, new)  # refused -> nothing changed
+        new_secrets = dict(self.secrets)
+        if request.rotate_secret:
+            new_secrets[new.name] = secrets.token_urlsafe(24)
+        try:
+            self._save_groups(new_secrets)
+        except BaseException:
+            self._core(self.scheduler.update_group, old)
+            raise
+        self.secrets = new_secrets
+        if new.memory_quota != old.memory_quota:
+            self.ledger.set_group(new.name, new.memory_quota)
+            for session in self.sessions.values():
+                if session.group == new.name:
+                    session.control_queue.put_nowait(client_pb2.ControlEvent(
+                        quota_changed=client_pb2.QuotaChanged(memory_quota=new.memory_quota)))
+            self.events.publish("quota_changed", new.name,
+                                message=f"memory quota {old.memory_quota} -> {new.memory_quota} bytes")
+        self._publish_group_metrics(new)
+        self.events.publish("group_updated", new.name, message=_describe(new) +
+                            ("; secret rotated" if request.rotate_secret else ""))
+        return self.group_proto(new)
+
+    def delete_group(self, name: str) -> None:
+        self.scheduler.group(name)  # NotFound from the core
+        attached = [s.client_id for s in self.sessions.values() if s.group == name]
+        if attached:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"group {name!r} still has {len(attached)} attached client(s) "
+                             f"({', '.join(attached[:5])}{', ...' if len(attached) > 5 else ''}); stop them first")
+        old = self.scheduler.group(name)
+        self._core(self.scheduler.remove_group, name)
+        remaining = {k: v for k, v in self.secrets.items() if k != name}
+        try:
+            self._save_groups(remaining)
+        except BaseException:
+            self._core(self.scheduler.add_group, old)
+            raise
+        self.secrets = remaining
+        self.ledger.remove_group(name)
+        self.metrics.forget_group(name)
+        self.events.publish("group_deleted", name)
+
+    def group_secret(self, name: str) -> str:
+        secret = self.secrets.get(name)
+        if secret is None:
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"no group named {name!r}")
+        return secret
+
+    def list_groups(self) -> list[admin_pb2.Group]:
+        return [self.group_proto(spec) for spec in sorted(self.scheduler.groups(), key=lambda s: s.name)]
+
+    # --------------------------------------------------------------- status
+    def status(self) -> admin_pb2.GpuStatus:
+        now = time.monotonic()
+        holder = self.scheduler.holder()
+        waiting = list(self.scheduler.waiting())
+        waiting_set = set(waiting)
+        reply = admin_pb2.GpuStatus(
+            gpu_uuid=self.gpu.uuid, gpu_name=self.gpu.name, physical_memory=self.gpu.memory_total,
+            window_seconds=self.config.window, waiting_client_ids=waiting, now=time.time(),
+            decisions=self.scheduler.decisions)
+        if holder is not None:
+            reply.holder_client_id, reply.token_id = holder[0], holder[1]
+            holder_session = self.sessions.get(holder[0])
+            reply.holder_group = holder_session.group if holder_session else ""
+        busy = 0.0
+        for spec in sorted(self.scheduler.groups(), key=lambda s: s.name):
+            share = self.scheduler.share(spec.name, now)
+            busy += share
+            members = [s for s in self.sessions.values() if s.group == spec.name]
+            over = self.ledger.over_quota(spec.name)
+            used = self.ledger.group_used(spec.name)
+            note = ""
+            if over:
+                note = (f"quota lowered below use ({used} > {spec.memory_quota} bytes): new reservations refused "
+                        f"until use falls under {spec.memory_quota} bytes")
+            reply.groups.append(admin_pb2.GroupStatus(
+                group=self.group_proto(spec), share=share, memory_used=used, over_quota=over,
+                clients=len(members), waiting=sum(1 for s in members if s.client_id in waiting_set), note=note,
+                tokens_granted=self.scheduler.tokens_granted.get(spec.name, 0),
+                preemptions=self.scheduler.preemptions.get(spec.name, 0)))
+        reply.busy_fraction = min(1.0, busy)
+        for session in sorted(self.sessions.values(), key=lambda s: s.attached_at):
+            reply.clients.append(admin_pb2.ClientStatus(
+                client_id=session.client_id, group=session.group, pid=session.pid,
+                process_name=session.process_name, holding=holder is not None and holder[0] == session.client_id,
+                waiting=session.client_id in waiting_set, memory_used=self.ledger.client_used(session.client_id),
+                attached_at=session.attached_at))
+        return reply
+
+    # -------------------------------------------------------------- metrics
+    def refresh_gauges(self) -> None:
+        """Clock-dependent gauges; called periodically on the loop."""
+        now = time.monotonic()
+        busy = 0.0
+        for spec in self.scheduler.groups():
+            share = self.scheduler.share(spec.name, now)
+            busy += share
+            self.metrics.group_share.labels(spec.name).set(share)
+        self.metrics.busy_fraction.set(min(1.0, busy))
+
+    def _publish_group_metrics(self, spec: GroupSpec) -> None:
+        self.metrics.group_request.labels(spec.name).set(spec.request)
+        self.metrics.group_limit.labels(spec.name).set(spec.limit)
+        self.metrics.memory_quota.labels(spec.name).set(spec.memory_quota)
+        self._publish_memory(spec.name)
+        self._publish_clients(spec.name)
+
+    def _publish_memory(self, group: str) -> None:
+        self.metrics.memory_used.labels(group).set(self.ledger.group_used(group))
+
+    def _publish_clients(self, group: str) -> None:
+        self.metrics.clients.labels(group).set(sum(1 for s in self.sessions.values() if s.group == group))
+
+    def shutdown(self) -> None:
+        """End every Control stream and wait (daemon stopping)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for client_id in list(self.sessions):
+            self.detach(client_id, "tokend stopping")
+
+
+def _describe(spec: GroupSpec) -> str:
+    return (f"request {spec.request:g}, limit {spec.limit:g}, memory {spec.memory_quota} bytes, "
+            f"priority {spec.priority.name.lower()}")

@@ -1,0 +1,177 @@
+"""Assembles one tokend: discovers the GPU, loads the groups, serves
+ClientService on SOCKET_DIR/client.sock (0666: processes of any uid in any
+container connect and prove membership with the group secret) and
+AdminService on SOCKET_DIR/admin.sock (0600: the owner only), both with
+grpc.health.v1, on one asyncio loop; stops gracefully on SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gslice.paths import ADMIN_SOCKET_NAME, CLIENT_SOCKET_NAME, PID_FILE_NAME
+from gslice.v1 import admin_pb2, client_pb2
+
+from .client_service import ClientService
+from .admin_service import AdminService
+from .coordinator import DEFAULT_CONTROL_OPEN_TIMEOUT, Coordinator
+from .gpu_discovery import GpuInfo, discover
+from .metrics import TokendMetrics
+from .rpc_guard import GRPC_MAX_RECEIVE_BYTES, RpcGuard
+from .scheduler import SchedulerConfig
+from .state_store import GroupStore
+
+log = logging.getLogger("gslice.tokend")
+
+GAUGE_REFRESH_SECONDS = 1.0
+STOP_GRACE_SECONDS = 1.0
+
+
+class StartupError(Exception):
+    """tokend cannot start; the message says what to fix."""
+
+
+@dataclass
+class DaemonOptions:
+    state_dir: Path
+    socket_dir: Path
+    gpu: str | None = None
+    fake_gpu: GpuInfo | None = None  # tests without NVML
+    metrics_port: int = 0  # 0: no HTTP metrics endpoint
+    scheduler: SchedulerConfig = SchedulerConfig()
+    control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT
+
+
+def _server_options() -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", GRPC_MAX_RECEIVE_BYTES),
+        ("grpc.max_send_message_length", 16 * 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def _socket_in_use(path: Path) -> bool:
+    """True when something accepts connections on the unix socket `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+class TokenDaemon:
+    def __init__(self, options: DaemonOptions):
+        self.options = options
+        self.socket_dir = Path(options.socket_dir)
+        self.client_socket = self.socket_dir / CLIENT_SOCKET_NAME
+        self.admin_socket = self.socket_dir / ADMIN_SOCKET_NAME
+        self.pid_file = self.socket_dir / PID_FILE_NAME
+        self._stop = asyncio.Event()
+        self.metrics_port: int | None = None
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _prepare(self) -> Coordinator:
+        options = self.options
+        options.scheduler.validate()
+        gpu = options.fake_gpu or discover(options.gpu)
+        store = GroupStore(options.state_dir)
+        store.prepare()
+        metrics = TokendMetrics(gpu.uuid)
+        coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout)
+        coordinator.load_groups()
+        try:
+            self.socket_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create socket directory {self.socket_dir}: {exc.strerror}") from None
+        for path in (self.client_socket, self.admin_socket):
+            if path.exists() or path.is_symlink():
+                if _socket_in_use(path):
+                    raise StartupError(f"another tokend is serving on {path}; stop it or use another --socket-dir")
+                path.unlink()  # stale, from a daemon that died
+        log.info("serving GPU %s (%s, %d bytes) with state in %s", gpu.uuid, gpu.name, gpu.memory_total,
+                 store.path)
+        return coordinator
+
+    async def _build_server(self, path: Path, mode: int, service, descriptor, guard: RpcGuard):
+        server = grpc.aio.server(options=_server_options())
+        server.add_generic_rpc_handlers((guard.handlers(descriptor, service),))
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        # Bind with a umask that leaves no window where others could connect
+        # to the admin socket; then set the exact mode.
+        old_umask = os.umask(0o177)
+        try:
+            if server.add_insecure_port(f"unix:{path}") == 0:
+                raise StartupError(f"cannot listen on {path}")
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, mode)
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(descriptor.full_name, health_pb2.HealthCheckResponse.SERVING)
+        return server, health_servicer
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        coordinator = self._prepare()
+        coordinator.bind_loop(loop)
+        guard = RpcGuard(lambda method, code: coordinator.metrics.bad_requests.labels(method, code.name).inc())
+        client_descriptor = client_pb2.DESCRIPTOR.services_by_name["ClientService"]
+        admin_descriptor = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+        servers = []
+        metrics_http = None
+        try:
+            servers.append(await self._build_server(self.client_socket, 0o666, ClientService(coordinator),
+                                                    client_descriptor, guard))
+            servers.append(await self._build_server(self.admin_socket, 0o600, AdminService(coordinator),
+                                                    admin_descriptor, guard))
+            if self.options.metrics_port:
+                metrics_http, self.metrics_port = coordinator.metrics.serve(self.options.metrics_port)
+                log.info("metrics on http://127.0.0.1:%d/metrics", self.metrics_port)
+            self.pid_file.write_text(f"{os.getpid()}\n")
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop)
+            log.info("tokend ready: clients on %s, admin on %s", self.client_socket, self.admin_socket)
+            refresher = asyncio.create_task(self._refresh_gauges(coordinator))
+            await self._stop.wait()
+            log.info("stopping")
+            refresher.cancel()
+            for _server, health_servicer in servers:
+                await health_servicer.enter_graceful_shutdown()
+            coordinator.shutdown()
+            await asyncio.gather(*(server.stop(STOP_GRACE_SECONDS) for server, _ in servers))
+            servers = []
+        finally:
+            for server, _ in servers:
+                await server.stop(None)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            if metrics_http is not None:
+                metrics_http.shutdown()
+            for path in (self.client_socket, self.admin_socket, self.pid_file):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            log.info("stopped")
+
+    @staticmethod
+    async def _refresh_gauges(coordinator: Coordinator) -> None:
+        while True:
+            try:
+                coordinator.refresh_gauges()
+            except Exception:
+                log.exception("refreshing gauges failed")
+            await asyncio.sleep(GAUGE_REFRESH_SECONDS)

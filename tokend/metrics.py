@@ -1,0 +1,49 @@
+"""Prometheus metrics of one tokend, in its own registry (so several daemons
+in one test process never collide). Counters move as things happen, on the
+event loop; gauges that depend on the clock (shares) are refreshed by the
+daemon's periodic refresh, so the HTTP thread never touches the core."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# Token waits span sub-millisecond grants to whole windows of queueing.
+WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class TokendMetrics:
+    def __init__(self, gpu_uuid: str):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.gpu_info = Gauge("gslice_gpu_info", "The GPU this daemon serves (value 1)", ["gpu_uuid", "gpu_name"], registry=r)
+        self.group_share = Gauge("gslice_group_share", "Charged GPU time over the window / window", ["group"], registry=r)
+        self.group_request = Gauge("gslice_group_request", "Guaranteed share of the group", ["group"], registry=r)
+        self.group_limit = Gauge("gslice_group_limit", "Share cap of the group", ["group"], registry=r)
+        self.memory_used = Gauge("gslice_group_memory_used_bytes", "Device memory reserved by the group", ["group"], registry=r)
+        self.memory_quota = Gauge("gslice_group_memory_quota_bytes", "Device memory quota of the group", ["group"], registry=r)
+        self.clients = Gauge("gslice_group_clients", "Attached clients of the group", ["group"], registry=r)
+        self.tokens_granted = Counter("gslice_tokens_granted", "Tokens granted", ["group"], registry=r)
+        self.token_wait = Histogram("gslice_token_wait_seconds", "AcquireToken request to grant", ["group"],
+                                    buckets=WAIT_BUCKETS, registry=r)
+        self.preemptions = Counter("gslice_preemptions", "Tokens revoked from the group's holder", ["group"], registry=r)
+        self.expiries = Counter("gslice_token_expiries", "Tokens taken back after quantum + grace", ["group"], registry=r)
+        self.memory_refused = Counter("gslice_memory_refused", "Reservations refused by the quota", ["group"], registry=r)
+        self.bad_requests = Counter("gslice_bad_requests", "RPCs answered with an error status", ["method", "code"], registry=r)
+        self.decisions = Counter("gslice_scheduler_decisions", "Decisions applied from the scheduler core", ["kind"], registry=r)
+        self.events_dropped = Counter("gslice_watch_events_dropped", "Events dropped for slow watchers", registry=r)
+        self.busy_fraction = Gauge("gslice_gpu_busy_fraction", "Token held over the window", registry=r)
+        self.gpu_uuid = gpu_uuid
+
+    def forget_group(self, group: str) -> None:
+        """Drop a deleted group's labelled series so /metrics does not show ghosts."""
+        for metric in (self.group_share, self.group_request, self.group_limit, self.memory_used, self.memory_quota,
+                       self.clients, self.tokens_granted, self.token_wait, self.preemptions, self.expiries,
+                       self.memory_refused):
+            try:
+                metric.remove(group)
+            except KeyError:
+                pass
+
+    def serve(self, port: int, host: str = "127.0.0.1"):
+        """Serve /metrics over HTTP on host:port (0 = a free port); returns (server, bound_port)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server, server.server_address[1]
