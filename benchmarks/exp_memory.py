@@ -24,7 +24,8 @@ def race_trial(exp: SharingExperiment, group: str, processes: int, chunk_mib: in
     start_at = time.time() + 1.0 + 0.15 * processes
     count = QUOTA_MIB // chunk_mib + 1
     procs = [exp.spawn_workload(group, ["alloc", "--chunk-mib", str(chunk_mib), "--count", str(count),
-                                        "--hold-seconds", "1.0", "--start-at", f"{start_at:.3f}"])
+                                        "--hold-seconds", "1.0", "--start-at", f"{start_at:.3f}"],
+                                 stderr=subprocess.DEVNULL)  # each refusal logs a line: expected here
              for _ in range(processes)]
     held = 0
     for proc in procs:

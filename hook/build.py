@@ -10,6 +10,7 @@ nanopb runtime is hidden with --exclude-libs,ALL).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -93,25 +94,12 @@ def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path) -> Path:
     return target
 
 
-SHIM_API_CDEF = """
-typedef struct gslice_shim_stats {
-    int metered;
-    int slots;
-    int gate_state;
-    int32_t checkpoint_interval;
-    uint32_t quantum_us;
-    uint64_t tokens_acquired, tokens_released, idle_releases, revokes;
-    uint64_t checkpoints, checkpoint_waits, slow_entries;
-    uint64_t used_us, overrun_us, daemon_losses;
-    uint64_t memory_held, memory_pending_release, tracked_allocations;
-    uint64_t reservations, refusals, release_flushes, bytes_released;
-} gslice_shim_stats;
-const char *gslice_version(void);
-int gslice_shim_stats_get(gslice_shim_stats *out);
-uint64_t gslice_ledger_lookup_ptr(uint64_t dptr);
-int gslice_intercept_count(void);
-const char *gslice_intercept_name(int i);
-"""
+def shim_api_cdef() -> str:
+    """shim_api.h as cffi's cdef wants it: the declarations without the
+    preprocessor lines and comments (the header stays the one source)."""
+    text = (HOOK_DIR / "shim_api.h").read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
 def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
@@ -119,7 +107,7 @@ def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
     import cffi
 
     ffi = cffi.FFI()
-    ffi.cdef(SHIM_API_CDEF)
+    ffi.cdef(shim_api_cdef())
     ffi.set_source(
         "gslice._shim_api",
         '#include "shim_api.h"',

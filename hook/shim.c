@@ -89,6 +89,10 @@ void gs_launch_begin(gs_launch_ticket *t)
         return;
     }
     uint32_t closing = tls_launches_armed;
+    /* Long kernels: wait for the earlier work first, then pass the gate, so
+     * a slice that ended during the wait does not get one more kernel. */
+    if (same_slice)
+        gs_gate_checkpoint_before_launch(g);
     gs_gate_enter(g, ctx, t);
     tls_launches_armed = t->launches;
     t->checkpoint = same_slice;      /* the countdown ran out in this slice */

@@ -69,7 +69,10 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
     pthread_mutex_init(&g->mu, NULL);
     pthread_mutex_init(&g->checkpoint_mu, NULL);
     init_conds(g);
-    atomic_store(&g->interval, 64);
+    /* One launch per checkpoint until GPU time has been measured: a larger
+     * start lets a program queue seconds of long kernels before the first
+     * measurement arrives (all of it drained past the token). */
+    atomic_store(&g->interval, GS_GATE_MIN_INTERVAL);
     g->rpc = rpc;
     g->label = label;
     g->service = service;
@@ -78,10 +81,35 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
 }
 
 /* Idle check period: max(2 ms, quantum / 4). */
-static uint64_t idle_period_ns(const gs_gate *g)
+static uint64_t idle_period_ns(gs_gate *g)
 {
-    uint64_t quarter = (uint64_t)g->quantum_us * 250ull;
-    return quarter > 2000000ull ? quarter : 2000000ull;
+    /* Short, so a bursty process gives the token back soon after its burst
+     * (the tail is charged to it and idles the GPU), and at least two
+     * kernels' worth of GPU time, so a program that synchronises after each
+     * long kernel is still seen launching. Only the holder's keeper polls. */
+    uint64_t period = 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    return period > 1000000ull ? period : 1000000ull;
+}
+
+static bool newest_pending_locked(gs_gate *g);
+
+/* Is GPU work this process queued still running? (The newest checkpoint not
+ * reached.) A busy checkpoint lock means a launch is waiting on it: busy. */
+static bool gpu_work_outstanding(gs_gate *g)
+{
+    if (pthread_mutex_trylock(&g->checkpoint_mu) != 0)
+        return true;
+    bool busy = false;
+    if (g->queue_count > 0 && gs_cu.cuEventQuery) {
+        CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
+        CUcontext popped;
+        bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+        busy = newest_pending_locked(g);
+        if (pushed)
+            gs_cu.cuCtxPopCurrent(&popped);
+    }
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    return busy;
 }
 
 static void *keeper_main(void *arg);
@@ -280,6 +308,12 @@ static void end_slice_locked(gs_gate *g, bool idle)
     bool lost = g->token_lost;
     pthread_mutex_unlock(&g->mu);
 
+    /* A thread that passed the fast path just before the close is still
+     * inside the driver's launch call: let it finish submitting, so the
+     * synchronisation below covers its kernel instead of leaving it to run
+     * (uncharged) in the next holder's slice. A launch call takes a few us. */
+    struct timespec quiesce = {0, 20000};
+    nanosleep(&quiesce, NULL);
     synchronise_contexts(ctxs, n);
     uint64_t used_us = (monotonic_ns() - grant_ns) / 1000ull;
     uint64_t overrun_us = used_us > quantum_us ? used_us - quantum_us : 0;
@@ -326,7 +360,9 @@ static void *keeper_main(void *arg)
                 continue;
             }
             if (now >= g->next_idle_check_ns) {
-                if (!atomic_load_explicit(&g->activity, memory_order_relaxed)) {
+                /* Waiting in a checkpoint for its own GPU work is busy, not idle. */
+                if (!atomic_load_explicit(&g->activity, memory_order_relaxed) &&
+                    !atomic_load_explicit(&g->gpu_waiters, memory_order_relaxed) && !gpu_work_outstanding(g)) {
                     end_slice_locked(g, true);
                     continue;
                 }
@@ -394,12 +430,19 @@ void gs_gate_kick_service(gs_gate *g)
 
 /* ---- checkpoints: bound the GPU work queued past the token ---- */
 
-static void adapt_interval(gs_gate *g, float ms, uint32_t launches)
+static void adapt_interval(gs_gate *g, float ms, uint32_t launches, bool contiguous)
 {
-    /* Aim: one checkpoint interval ~ 1 ms of GPU time. */
+    /* Aim: one checkpoint interval ~ 1 ms of GPU timeline. */
     double per_launch_ms = (double)ms / (double)launches;
+    /* GPU time per kernel only where the GPU was busy the whole interval:
+     * across an idle gap (think time) the events measure the gap too. */
+    if (contiguous)
+        atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(per_launch_ms * 1000.0), memory_order_relaxed);
     double target = per_launch_ms > 0 ? 1.0 / per_launch_ms : GS_GATE_MAX_INTERVAL;
-    double next = 0.5 * (double)atomic_load_explicit(&g->interval, memory_order_relaxed) + 0.5 * target;
+    /* Grow smoothly, shrink at once: longer kernels must not queue for
+     * several intervals at the old, larger count. */
+    double current = (double)atomic_load_explicit(&g->interval, memory_order_relaxed);
+    double next = target < current ? target : 0.5 * current + 0.5 * target;
     if (next < GS_GATE_MIN_INTERVAL)
         next = GS_GATE_MIN_INTERVAL;
     if (next > GS_GATE_MAX_INTERVAL)
@@ -418,11 +461,45 @@ static void complete_oldest_locked(gs_gate *g)
         float ms = 0;
         if (last->ctx == cp->ctx && cp->launches > 0 && gs_cu.cuEventElapsedTime &&
             gs_cu.cuEventElapsedTime(&ms, last->event, cp->event) == CUDA_SUCCESS)
-            adapt_interval(g, ms, cp->launches);
+            adapt_interval(g, ms, cp->launches, cp->contiguous);
         last->state = 0;
     }
     cp->state = 2;
     g->last_done = idx;
+}
+
+static void wait_oldest_locked(gs_gate *g)
+{
+    atomic_fetch_add_explicit(&g->n_checkpoint_waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    gs_cu.cuEventSynchronize(g->checkpoints[g->queue[g->queue_head]].event);
+    atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    complete_oldest_locked(g);
+}
+
+/* Set when this thread's next checkpoint closes an interval during which the
+ * GPU never ran dry (the previous checkpoint was still pending). */
+static __thread bool tls_contiguous __attribute__((tls_model("initial-exec")));
+
+static bool newest_pending_locked(gs_gate *g)
+{
+    if (g->queue_count == 0)
+        return false;
+    gs_checkpoint *newest = &g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]];
+    return gs_cu.cuEventQuery(newest->event) == CUDA_ERROR_NOT_READY;
+}
+
+void gs_gate_checkpoint_before_launch(gs_gate *g)
+{
+    if (atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) < GS_GATE_LONG_KERNEL_US ||
+        !gs_cu.cuEventSynchronize)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    if (newest_pending_locked(g))
+        tls_contiguous = true;
+    while (g->queue_count > 0)
+        wait_oldest_locked(g);
+    pthread_mutex_unlock(&g->checkpoint_mu);
 }
 
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches)
@@ -441,11 +518,10 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
             break;
         complete_oldest_locked(g);
     }
-    while (g->queue_count >= GS_GATE_MAX_OUTSTANDING) {
-        atomic_fetch_add_explicit(&g->n_checkpoint_waits, 1, memory_order_relaxed);
-        gs_cu.cuEventSynchronize(g->checkpoints[g->queue[g->queue_head]].event);
-        complete_oldest_locked(g);
-    }
+    bool contiguous = tls_contiguous || g->queue_count >= GS_GATE_MAX_OUTSTANDING;
+    tls_contiguous = false;
+    while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
+        wait_oldest_locked(g);
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {
@@ -469,6 +545,7 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
             if (record(cp->event, stream) == CUDA_SUCCESS) {
                 cp->state = 1;
                 cp->launches = launches;
+                cp->contiguous = contiguous;
                 g->queue[(g->queue_head + g->queue_count) % GS_GATE_CHECKPOINTS] = idx;
                 g->queue_count++;
             }

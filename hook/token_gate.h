@@ -29,8 +29,15 @@ struct gs_rpc;
 #define GS_GATE_CHECKPOINTS 6
 #define GS_GATE_MIN_INTERVAL 1
 #define GS_GATE_MAX_INTERVAL 4096
-/* Checkpoints outstanding before a launch waits for the oldest one. */
-#define GS_GATE_MAX_OUTSTANDING 2
+/* Checkpoints left outstanding after a launch (older ones are waited for):
+ * with intervals of ~1 ms of GPU work, at most ~2 ms is queued when the
+ * gate closes, which is what the next holder waits for. */
+#define GS_GATE_MAX_OUTSTANDING 1
+/* Kernels at least this long (GPU time per launch, us) are "long": a
+ * launch first waits for the work before it, so a closing gate leaves at
+ * most one kernel to drain (a preempting client waits one kernel, not
+ * three), at the price of one launch latency per kernel. */
+#define GS_GATE_LONG_KERNEL_US 500
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -44,6 +51,7 @@ typedef struct gs_checkpoint {
     CUevent event;
     CUcontext ctx;
     uint32_t launches;       /* launches this checkpoint closes */
+    bool contiguous;         /* the GPU was busy throughout its interval */
     int state;               /* 0 free, 1 outstanding, 2 last completed */
 } gs_checkpoint;
 
@@ -99,6 +107,8 @@ typedef struct gs_gate {
     uint64_t loss_reminder_ns;
 
     pthread_mutex_t checkpoint_mu;
+    _Atomic uint32_t launch_gpu_us;   /* measured GPU time per launch, slow path only */
+    _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work */
     gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
     int queue[GS_GATE_CHECKPOINTS];
     int queue_head, queue_count;
@@ -144,6 +154,8 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
 /* After a successful launch whose countdown ran out. */
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches);
+/* Before a checkpointed launch: with long kernels, wait for all earlier work. */
+void gs_gate_checkpoint_before_launch(gs_gate *g);
 
 /* Called from the rpc I/O thread (short, never call gs_rpc_*). */
 void gs_gate_on_revoke(gs_gate *g, uint64_t token_id);

@@ -1,6 +1,10 @@
 """Shared fixtures: real tokend daemons in temp directories (gslice.testing)."""
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from gslice.testing import TokendProcess
@@ -26,3 +30,11 @@ def tokend_factory(tmp_path):
 def tokend(tokend_factory) -> TokendProcess:
     """A running tokend with default options (simulated GPU if built, else a fake one)."""
     return tokend_factory()
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    """A scratch folder for test programs compiled once per session."""
+    path = Path(tempfile.mkdtemp(prefix="gs-test-build-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -42,8 +42,8 @@ token grants it at once if anyone eligible waits.
 
 Quantum. Each client starts at ``quantum_max`` (a new client is assumed
 busy; it shrinks within a few slices if not). An idle release moves it half
-way toward what the slice really used (0.5 x used + 0.5 x previous, as
-Gemini does); a release that used at least 90% of the granted quantum
+way toward twice what the slice really used (0.5 x 2 x used + 0.5 x
+previous: Gemini's rule, with headroom so a burst fits in one slice); a release that used at least 90% of the granted quantum
 doubles it; other releases (preempted, synchronised early) keep it. Always
 clamped to ``[quantum_min, quantum_max]``, and a grant never exceeds the
 group's room. While other groups are active, a grant is also cut to the
@@ -99,6 +99,10 @@ _TIME_EPSILON = 1e-7
 # A quantum that used at least this fraction of its grant counts as "used
 # the whole quantum" (the shim's clock and the daemon's differ slightly).
 _FULL_USE_FRACTION = 0.9
+# An idle release moves the quantum toward this multiple of what the slice
+# used: a bursty client's next burst then fits in one slice instead of
+# straddling an expiry (a new acquisition, and a new preemption, mid-burst).
+_IDLE_HEADROOM = 2.0
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -448,7 +452,7 @@ class Scheduler:
     def _adapt_quantum(self, client: _Client, holding: _Holding, charged: float, used: float, idle: bool) -> None:
         config = self.config
         if idle:
-            quantum = 0.5 * client.quantum + 0.5 * used
+            quantum = 0.5 * client.quantum + 0.5 * _IDLE_HEADROOM * used
         elif not holding.revoked and charged >= _FULL_USE_FRACTION * holding.quantum:
             quantum = 2.0 * client.quantum
         else:

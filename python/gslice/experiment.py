@@ -101,7 +101,7 @@ class SharingExperiment:
         # The daemon owns the simulated GPU (a private one, removed on close).
         self.tokend = TokendProcess(self.base_dir, gpu="sim" if gpu == "sim" else "system",
                                     extra_args=list(tokend_args), window=window,
-                                    fake_gpu_memory=parse_bytes(sim_memory), log_level="info")
+                                    fake_gpu_memory=parse_bytes(sim_memory), log_level=os.environ.get("GSLICE_EXPERIMENT_TOKEND_LOG", "info"))
         self.sim_name = self.tokend.sim_name
         self.sim_env = dict(self.tokend.sim_env)
         self.shim_env = dict(shim_env or {})

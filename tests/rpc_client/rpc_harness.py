@@ -44,13 +44,6 @@ def build_program(main_source: Path, out: Path, extra_flags: tuple[str, ...] = (
 
 
 @pytest.fixture(scope="session")
-def build_dir():
-    path = Path(tempfile.mkdtemp(prefix="gs-rpc-build-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
 def driver_binary(build_dir) -> Path:
     return build_program(Path(__file__).parent / "rpc_driver.c", build_dir / "rpc_driver")
 

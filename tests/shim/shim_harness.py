@@ -31,37 +31,11 @@ def shim_path() -> Path:
     return _ensure_shim()
 
 
-def _sim_lib_dir(build_dir: Path) -> Path:
-    """The simulated libcuda/libnvidia-ml: gslice.simgpu's build when present,
-    else compiled here from simgpu/ (until the package build lands)."""
-    try:
-        import gslice.simgpu as simgpu
-
-        lib_dir = Path(simgpu.lib_dir())
-        if (lib_dir / "libcuda.so.1").exists():
-            return lib_dir
-    except Exception:
-        pass
-    out = build_dir / "sim"
-    out.mkdir(exist_ok=True)
-    sources = sorted(str(p) for p in (ROOT / "simgpu").glob("*.c"))
-    cuda_sources = [s for s in sources if "nvml" not in Path(s).name]
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-fvisibility=hidden", f"-I{ROOT / 'include'}",
-                    f"-I{ROOT / 'simgpu'}", *cuda_sources, "-o", str(out / "libcuda.so.1"), "-lpthread", "-lrt",
-                    "-lm"], check=True)
-    return out
-
-
-@pytest.fixture(scope="session")
-def build_dir():
-    path = Path(tempfile.mkdtemp(prefix="gs-shim-build-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
 def sim_lib_dir(build_dir) -> Path:
-    return _sim_lib_dir(build_dir)
+    """The simulated libcuda.so.1 / libnvidia-ml.so.1 (built by tools/build_native.py)."""
+    import gslice.simgpu as simgpu
+    return Path(simgpu.lib_dir())
 
 
 @pytest.fixture(scope="session")

@@ -435,8 +435,8 @@ def test_quantum_adapts_to_idle_and_full_use(two_groups):
         return grant.quantum
 
     assert cycle(0.01, True) == pytest.approx(0.1)
-    assert s.client_quantum("a1") == pytest.approx(0.055)  # half way to what it used
-    assert cycle(0.01, True) == pytest.approx(0.055)
+    assert s.client_quantum("a1") == pytest.approx(0.06)  # half way to twice what it used
+    assert cycle(0.01, True) == pytest.approx(0.06)
     for _ in range(20):
         cycle(0.001, True)
     assert s.client_quantum("a1") == pytest.approx(CONFIG.quantum_min)  # clamped
