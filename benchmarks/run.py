@@ -47,7 +47,9 @@ def micro(smoke: bool):
         for key, value in extra.items():
             if isinstance(value, (int, float)):
                 target = {"decisions_per_second": ">= 50000", "p50_ms": "<= 1"}.get(key, "")
-                result.add(f"{bench['name']}/{key}", value, key.rsplit("_", 1)[-1] if "_" in key else "", target)
+                unit = "1/s" if key.endswith("_per_second") else key.rsplit("_", 1)[-1] if key.endswith(("_ms", "_us")) \
+                    else "count"
+                result.add(f"{bench['name']}/{key}", value, unit, target)
         result.add(f"{bench['name']}/median", bench["stats"]["median"] * 1e6, "us")
     return result
 
