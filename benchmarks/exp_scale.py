@@ -35,8 +35,11 @@ def scale(clients: int = 64, groups: int = 8, seconds: float = 60.0) -> Result:
         names = [f"team{i}" for i in range(groups)]
         for name in names:
             exp.add_group(name, request=round(1.0 / groups, 6), memory="1GiB")
+        logs = exp.base_dir / "workload-logs"
+        logs.mkdir(exist_ok=True)
         for i in range(clients):
-            exp.spawn_workload(names[i % groups], ["spin", "--kernel-us", "1000", "--seconds", str(seconds + 15)])
+            exp.spawn_workload(names[i % groups], ["spin", "--kernel-us", "1000", "--seconds", str(seconds + 15)],
+                               stderr=open(logs / f"client{i}.log", "w"))
         deadline = time.monotonic() + 60
         while len(exp.admin.status().clients) < clients:
             if time.monotonic() > deadline:
@@ -48,17 +51,35 @@ def scale(clients: int = 64, groups: int = 8, seconds: float = 60.0) -> Result:
         time.sleep(seconds)
         cpu_end, t_end, status = _proc_cpu_seconds(pid), time.monotonic(), exp.admin.status()
         rss_end = _proc_rss_mib(pid)
-        bad = exp.tokend.metric_value("gslice_bad_requests_total")
+        bad = _bad_requests(exp.tokend.metrics_text())
         codes = exp.wait_all(timeout=120)
-        errors = sum(1 for cs in codes.values() for c in cs if c != 0) + int(bad or 0)
-    result.add("errors", errors, "count", "== 0")
+        failed = [i for i, c in enumerate(c for cs in codes.values() for c in cs) if c != 0]
+        failures = {}
+        for log in sorted(logs.glob("*.log")):
+            text = log.read_text(errors="replace").strip()
+            if text:
+                failures[log.stem] = text.splitlines()[-3:]
+    result.add("failed_workloads", len(failed), "count", "== 0")
+    result.add("bad_requests", sum(bad.values()), "count", "== 0")
     result.add("tokend_cpu", (cpu_end - cpu_start) / (t_end - t_start) * 100, "% of one core")
     result.add("tokend_rss_start", rss_start, "MiB")
     result.add("tokend_rss_end", rss_end, "MiB")
     result.add("tokend_rss_growth", rss_end - rss_start, "MiB", "<= 5")
     result.add("decisions_per_s", (status.decisions - dec_start) / (t_end - t_start), "1/s")
-    result.details = {"clients": clients, "groups": groups, "seconds": seconds}
+    result.details = {"clients": clients, "groups": groups, "seconds": seconds, "bad_requests": bad,
+                      "workload_stderr": failures}
     return result
+
+
+def _bad_requests(metrics_text: str) -> dict[str, float]:
+    """tokend's error replies, by method and status (all series summed per label set)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    counts = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "gslice_bad_requests_total" and sample.value:
+                counts[f"{sample.labels.get('method')}/{sample.labels.get('code')}"] = sample.value
+    return counts
 
 
 def startup(processes: int = 100) -> Result:

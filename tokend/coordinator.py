@@ -118,7 +118,8 @@ class Coordinator:
             log.warning("grant of token %d to %s that no AcquireToken waits for; releasing it",
                         grant.token_id, grant.client_id)
             if session is not None:
-                self._core(self.scheduler.release, grant.client_id, grant.token_id, 0.0, idle=True)
+                # Not idle: the client never saw this slice, its quantum must not shrink.
+                self._core(self.scheduler.release, grant.client_id, grant.token_id, 0.0)
             return
         waiter.set_result(grant)
         self.metrics.tokens_granted.labels(session.group).inc()
@@ -269,7 +270,7 @@ class Coordinator:
         cancelled RPC): withdraw the request, or return a token granted in between."""
         if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
             grant = waiter.result()
-            self._core(self.scheduler.release, client_id, grant.token_id, 0.0, idle=True)
+            self._core(self.scheduler.release, client_id, grant.token_id, 0.0)  # unseen slice: quantum kept
             return
         waiter.cancel()
         try:

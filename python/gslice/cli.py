@@ -4,6 +4,7 @@ Exit status: 0 ok, 1 error (one line on stderr), 2 usage."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -126,6 +127,30 @@ def cmd_top(args) -> int:
     return 0
 
 
+def cmd_watch(args) -> int:
+    """One line per event until Ctrl-C (or --count events), --json for machines."""
+    shown = 0
+    with _admin(args) as admin:
+        stream = admin.watch()
+        try:
+            for event in stream:
+                if args.json:
+                    print(json.dumps(dataclasses.asdict(event)), flush=True)
+                else:
+                    when = time.strftime("%H:%M:%S", time.localtime(event.time))
+                    who = " ".join(x for x in (event.group and f"group={event.group}",
+                                               event.client_id and f"client={event.client_id[:12]}") if x)
+                    print(f"{when} {event.kind:<16} {who} {event.message}".rstrip(), flush=True)
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    break
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stream.close()
+    return 0
+
+
 def cmd_tokend(args) -> int:
     from gslice.tokend.__main__ import run
     return run(args)
@@ -223,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(func=cmd_top)
 
     from gslice.tokend.__main__ import add_arguments
+    watch = sub.add_parser("watch", help="print the daemon's events as they happen, until Ctrl-C")
+    watch.add_argument("--json", action="store_true", help="one JSON object per line")
+    watch.add_argument("--count", type=int, default=None, help="stop after this many events")
+    watch.set_defaults(func=cmd_watch)
+
     tokend = sub.add_parser("tokend", help="run the token daemon for one GPU in the foreground")
     add_arguments(tokend)
     tokend.set_defaults(func=cmd_tokend)

@@ -149,3 +149,28 @@ def test_cli_tokend_runs_the_daemon_until_sigint(tmp_path):
             daemon.wait()
         daemon.stderr.close()
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_watch_prints_events_as_they_happen(tokend):
+    env = dict(os.environ, GSLICE_ADMIN_SOCKET=str(tokend.admin_socket))
+    watcher = subprocess.Popen([sys.executable, "-m", "gslice.cli", "watch", "--json", "--count", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # The watcher subscribes asynchronously: create groups until it has seen two events.
+        for i in range(50):
+            tokend.admin().create_group(f"w{i}", request=0.01, memory="1MiB")
+            try:
+                out, err = watcher.communicate(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            pytest.fail("gslice watch printed no events")
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert len(events) == 2 and all(e["kind"] == "group_created" for e in events), events
+    assert all(e["group"].startswith("w") for e in events)
