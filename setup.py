@@ -11,6 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 import build_native  # noqa: E402
 
 
+# gslice.v1 is generated code: it must exist before setuptools lists the
+# packages (metadata is prepared before any build command runs).
+if not (build_native.PACKAGE_DIR / "v1" / "__init__.py").exists():
+    build_native.build_proto()
+
+
 class build_py(_build_py):
     def run(self):
         build_native.build_all()

@@ -44,6 +44,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # Build requirements first, so the editable install needs no isolated env.
   "$VENV/bin/python" -m pip install -q "setuptools>=68,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" "nanopb==0.4.7"
+  "$VENV/bin/python" tools/build_native.py proto   # generated packages must exist before the install
   "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[test]"
   echo "$want" >"$stamp"
 fi
