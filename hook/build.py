@@ -51,6 +51,8 @@ def _compile_shared(name: str, sources: list[Path], include_dirs: list[Path], ex
                     libraries: list[str], work_dir: Path, extra_link: list[str] = ()) -> Path:
     from cffi import ffiplatform
 
+    work_dir.mkdir(parents=True, exist_ok=True)
+
     ext = ffiplatform.get_extension(
         str(work_dir / f"{name}.c"), name,
         sources=[str(s) for s in sources],
