@@ -41,8 +41,7 @@ def cmd_group_create(args) -> int:
     from .cli_tables import groups_table
     print(f"created group {created.group.name!r}")
     print(groups_table([created.group]))
-    client_socket = paths.client_socket(None) if not args.admin_socket else Path(args.admin_socket).with_name(
-        paths.CLIENT_SOCKET_NAME)
+    client_socket = paths.client_socket(None, args.admin_socket)
     _print_join_instructions(created.group.name, created.secret, client_socket)
     return 0
 
@@ -184,7 +183,7 @@ def cmd_run(args) -> int:
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{library}:{preload}" if preload else str(library)
-    env[paths.ENV_SOCKET] = str(paths.client_socket(args.socket))
+    env[paths.ENV_SOCKET] = str(paths.client_socket(args.socket, args.admin_socket))
     env[paths.ENV_GROUP] = args.group
     env[paths.ENV_GROUP_SECRET] = secret
     try:
@@ -196,7 +195,8 @@ def cmd_run(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .cli_doctor import run_checks
-    checks = run_checks(paths.client_socket(args.socket), paths.admin_socket(args.admin_socket), args.group, args.gpu)
+    checks = run_checks(paths.client_socket(args.socket, args.admin_socket), paths.admin_socket(args.admin_socket),
+                        args.group, args.gpu)
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL':4}] {check.name}: {check.detail}")
     failed = [c for c in checks if not c.ok]
@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a command as a member of a group")
     run.add_argument("--group", required=True)
-    run.add_argument("--socket", default=None, help=f"tokend's client socket (default ${paths.ENV_SOCKET} or "
-                                                     f"{paths.DEFAULT_CLIENT_SOCKET})")
+    run.add_argument("--socket", default=None, help=f"tokend's client socket (default ${paths.ENV_SOCKET}, else "
+                                                     "client.sock beside the admin socket)")
     run.add_argument("--secret", default=None, help=f"group secret (default ${paths.ENV_GROUP_SECRET}, "
                                                      "else read through the admin socket)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")

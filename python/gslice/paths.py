@@ -33,12 +33,19 @@ def admin_socket(explicit: str | os.PathLike | None = None) -> Path:
     return Path(from_env) if from_env else DEFAULT_ADMIN_SOCKET
 
 
-def client_socket(explicit: str | os.PathLike | None = None) -> Path:
-    """The client socket: the argument, else $GSLICE_SOCKET, else the default."""
+def client_socket(explicit: str | os.PathLike | None = None,
+                  admin: str | os.PathLike | None = None) -> Path:
+    """The client socket: the argument, else $GSLICE_SOCKET, else the one
+    beside the admin socket in use (a daemon keeps both in its --socket-dir),
+    else the default."""
     if explicit:
         return Path(explicit)
     from_env = os.environ.get(ENV_SOCKET)
-    return Path(from_env) if from_env else DEFAULT_CLIENT_SOCKET
+    if from_env:
+        return Path(from_env)
+    if admin or os.environ.get(ENV_ADMIN_SOCKET):
+        return admin_socket(admin).with_name(CLIENT_SOCKET_NAME)
+    return DEFAULT_CLIENT_SOCKET
 
 
 def grpc_target(socket_path: str | os.PathLike) -> str:
