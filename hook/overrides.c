@@ -401,6 +401,21 @@ static inline CUresult impl_device_total_mem_v1(void *const *real_slot, int ptsz
     return rc;
 }
 
+/* NVML's two memory structs carry the same three numbers: rewrite them
+ * to the group's view (what nvidia-smi shows inside the container). */
+static bool nvml_group_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *free_bytes,
+                            unsigned long long *used_bytes)
+{
+    uint64_t view_total, left, used;
+    if (!gs_shim_metered() ||
+        !group_view(gs_slot_for_nvml_device(device), *total, *free_bytes, &view_total, &left, &used))
+        return false;
+    *total = view_total;
+    *free_bytes = left;
+    *used_bytes = used < view_total ? used : view_total;
+    return true;
+}
+
 static inline nvmlReturn_t impl_nvml_memory_info(void *const *real_slot, int ptsz, nvmlDevice_t device,
                                                  nvmlMemory_t *memory)
 {
@@ -409,14 +424,8 @@ static inline nvmlReturn_t impl_nvml_memory_info(void *const *real_slot, int pts
     if (!fn)
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = fn(device, memory);
-    if (rc != NVML_SUCCESS || !memory || !gs_shim_metered())
-        return rc;
-    uint64_t total, left, used;
-    if (group_view(gs_slot_for_nvml_device(device), memory->total, memory->free, &total, &left, &used)) {
-        memory->total = total;
-        memory->free = left;
-        memory->used = used < total ? used : total;
-    }
+    if (rc == NVML_SUCCESS && memory)
+        nvml_group_view(device, &memory->total, &memory->free, &memory->used);
     return rc;
 }
 
@@ -428,15 +437,8 @@ static inline nvmlReturn_t impl_nvml_memory_info_v2(void *const *real_slot, int 
     if (!fn)
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = fn(device, memory);
-    if (rc != NVML_SUCCESS || !memory || !gs_shim_metered())
-        return rc;
-    uint64_t total, left, used;
-    if (group_view(gs_slot_for_nvml_device(device), memory->total, memory->free, &total, &left, &used)) {
-        memory->total = total;
+    if (rc == NVML_SUCCESS && memory && nvml_group_view(device, &memory->total, &memory->free, &memory->used))
         memory->reserved = 0;   /* the group's view has no driver-reserved part */
-        memory->free = left;
-        memory->used = used < total ? used : total;
-    }
     return rc;
 }
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 

@@ -195,16 +195,21 @@ def alloc(chunk_mib: int, count: int, hold_seconds: float, start_at: float | Non
     return result
 
 
+def add_spin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The `spin` workload's options (shared with gslice.workloads_cupy)."""
+    parser.add_argument("--kernel-us", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
+    parser.add_argument("--blocks", type=int, default=1)
+    parser.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gslice.workloads", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
-    p_spin = sub.add_parser("spin", help="saturate the GPU with fixed-length kernels")
-    p_spin.add_argument("--kernel-us", type=float, default=1000.0)
-    p_spin.add_argument("--seconds", type=float, default=10.0)
-    p_spin.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
-    p_spin.add_argument("--blocks", type=int, default=1)
-    p_spin.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    add_spin_arguments(sub.add_parser("spin", help="saturate the GPU with fixed-length kernels"))
     p_bursts = sub.add_parser("bursts", help="inference-like bursts with think time")
     p_bursts.add_argument("--kernel-us", type=float, default=500.0)
     p_bursts.add_argument("--burst", type=int, default=4)

@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .workloads import SPIN_PTX
+from .workloads import SPIN_PTX, add_spin_arguments
 
 SPIN_KERNEL_NAME = "gslice_sim_sleep"
 EMPTY_KERNEL_NAME = "empty"
@@ -261,12 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gslice.workloads_cupy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
-    p_spin = sub.add_parser("spin", help="saturate the GPU with fixed-length kernels (RawKernel)")
-    p_spin.add_argument("--kernel-us", type=float, default=1000.0)
-    p_spin.add_argument("--seconds", type=float, default=10.0)
-    p_spin.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
-    p_spin.add_argument("--blocks", type=int, default=1)
-    p_spin.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    p_spin = add_spin_arguments(sub.add_parser("spin", help="saturate the GPU with fixed-length kernels (RawKernel)"))
     p_spin.add_argument("--kernel-source", choices=("ptx", "cuda"), default="ptx")
     p_matmul = sub.add_parser("matmul", help="float32 matrix products with cuBLAS; reports TFLOP/s")
     p_matmul.add_argument("--size", type=int, default=4096)

@@ -17,7 +17,6 @@ import gslice
 from gslice import paths
 from gslice.client import health_status
 from gslice.testing import TokendProcess
-from gslice.v1 import client_pb2
 
 GiB = 1024**3
 

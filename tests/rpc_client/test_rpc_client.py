@@ -8,9 +8,8 @@ import subprocess
 import time
 
 import grpc
-import pytest
 
-from rpc_harness import build_program, CLIENT_SOURCES, HOOK, NANOPB_OUT, NANOPB_RUNTIME, PB_SOURCES
+from rpc_harness import CLIENT_SOURCES, HOOK, NANOPB_OUT, NANOPB_RUNTIME, PB_SOURCES
 
 UNAVAILABLE, TIMEOUT, PROTOCOL = -1, -2, -3
 

@@ -4,11 +4,8 @@ processes, simulated-GPU shared memory) is cleaned up by finalizers."""
 from __future__ import annotations
 
 import os
-import signal
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path

@@ -8,7 +8,6 @@ import select
 import signal
 import time
 
-import pytest
 
 from shim_harness import group_env, parse_kv, wait_for_line
 

@@ -2,7 +2,7 @@
 quota for allocations, the group's view in memory queries."""
 from __future__ import annotations
 
-import concurrent.futures
+import subprocess
 
 import pytest
 
@@ -84,3 +84,32 @@ def test_concurrent_allocators_never_exceed_the_quota(runner, tokend):
     for p in procs:
         p.stdin.close()
         p.wait(timeout=30)
+
+
+NVML_PROBE = """
+import json, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+v1 = pynvml.nvmlDeviceGetMemoryInfo(h)
+v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+print(json.dumps({"v1": [v1.total, v1.free, v1.used], "v2": [v2.total, v2.free, v2.used, v2.reserved]}))
+"""
+
+
+def test_nvml_reports_the_groups_memory_view(tmp_path):
+    """What nvidia-smi shows inside a container: total = quota, free = quota - used."""
+    import json
+    import sys
+
+    from gslice.experiment import SharingExperiment
+
+    with SharingExperiment(tmp_path, gpu="sim", sim_memory="16GiB") as exp:
+        exp.add_group("g", request=0.5, memory="3GiB")
+        holder = exp.spawn_workload("g", ["alloc", "--chunk-mib", "512", "--count", "2", "--hold-seconds", "60"])
+        holder.stdout.readline()  # it holds 1 GiB now
+        probe = exp.spawn("g", [sys.executable, "-c", NVML_PROBE], stdout=subprocess.PIPE, text=True)
+        out, _ = probe.communicate(timeout=60)
+        view = json.loads(out)
+    gib = 1 << 30
+    assert view["v1"] == [3 * gib, 2 * gib, gib]
+    assert view["v2"] == [3 * gib, 2 * gib, gib, 0]

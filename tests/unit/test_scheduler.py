@@ -254,7 +254,7 @@ def test_old_intervals_are_pruned_so_memory_does_not_grow():
     s.add_group(spec("b", 0.3), 0.0)
     s.attach("a1", "a", 0.0)
     s.attach("b1", "b", 0.0)
-    now, token = 0.0, None
+    now = 0.0
     for i in range(20000):
         client = "a1" if i % 2 == 0 else "b1"
         [grant] = [d for d in s.request(client, now) if isinstance(d, Grant)]
