@@ -34,7 +34,13 @@ def test_two_groups_get_their_requested_shares(tokend_factory, tmp_path):
         time.sleep(max(0.0, start_at + RUN_SECONDS - 0.5 - time.time()))
         status = admin.status()
         sampled_at = time.time()
-        results = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
+        results = []
+        for worker, name in zip(workers, ("small", "large")):
+            out = worker.communicate(timeout=60)[0]
+            assert worker.returncode == 0 and out.strip(), (
+                f"share worker {name!r} exited {worker.returncode} without a report:\n"
+                + (tmp_path / f"{name}.err").read_text(errors="replace")[-3000:])
+            results.append(json.loads(out))
     finally:
         for worker in workers:
             if worker.poll() is None:
