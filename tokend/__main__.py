@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -29,10 +30,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # For tests on machines without NVML: 'UUID,NAME,BYTES'.
     parser.add_argument("--fake-gpu", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--control-open-timeout", type=float, default=None, help=argparse.SUPPRESS)
+    # For test harnesses: exit when process PID (our parent) dies, so a killed
+    # test run never leaves a daemon behind. Set here, after exec, rather than
+    # with a preexec_fn: forking a gRPC-using, threaded parent and running
+    # Python before exec is what gRPC cannot tolerate.
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    import ctypes
+    import signal
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:   # the parent died before the line above
+        sys.exit(f"tokend: parent process {parent_pid} is gone; not starting")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon from parsed flags; returns the exit status."""
+    if args.parent_pid is not None:
+        _exit_with_parent(args.parent_pid)
     from .coordinator import DEFAULT_CONTROL_OPEN_TIMEOUT
     from .daemon import DaemonOptions, StartupError, TokenDaemon
     from .gpu_discovery import GpuDiscoveryError, GpuInfo

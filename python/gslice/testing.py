@@ -61,14 +61,6 @@ def simgpu_env(name: str, memory: int | str | None = None) -> dict[str, str] | N
         return None
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the test process dies, so a
-    killed or timed-out test run never leaves a daemon behind."""
-    import ctypes
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class TokendProcess:
     """A real tokend subprocess in private directories.
 
@@ -126,9 +118,10 @@ class TokendProcess:
             raise RuntimeError(f"tokend already running as pid {self.process.pid}")
         self.base_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "gslice.tokend", *self.args], env=self._env,
-                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+        # --parent-pid: the daemon exits with this process (a killed test run leaks none).
+        self.process = subprocess.Popen([sys.executable, "-m", "gslice.tokend", *self.args,
+                                         "--parent-pid", str(os.getpid())], env=self._env,
+                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

@@ -33,7 +33,7 @@ def spawn(tmp_path):
         proc.stdout.close()
 
 
-def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn):
+def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, tmp_path):
     # A grace of 60 s: only the kill can free the token within the test.
     tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
     admin = tokend.admin()
@@ -42,7 +42,8 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn):
     holder = spawn("hold", "--socket", str(tokend.client_socket), "--group", "victim",
                    "--secret", victim_group.secret, "--reserve", str(512 * MiB))
     line = holder.stdout.readline()
-    assert line, "the holder process exited before taking the token"
+    assert line, ("the holder process exited before taking the token:\n"
+                  + (tmp_path / "client0.err").read_text(errors="replace")[-3000:])
     held = json.loads(line)
     status = admin.status()
     assert status.holder_client_id == held["client_id"]

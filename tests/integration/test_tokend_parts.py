@@ -149,3 +149,41 @@ def test_metrics_endpoint_shows_the_daemon_state(tokend):
     proc.detach()
     assert tokend.metric_value("gslice_group_clients", group="m") == 0
     assert tokend.metric_value("gslice_group_memory_used_bytes", group="m") == 0
+
+
+def test_daemon_started_with_parent_pid_exits_when_its_parent_is_killed(tmp_path):
+    """What keeps a killed test run from leaking daemons (gslice.testing passes --parent-pid)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-m', 'gslice.tokend', '--state-dir', {str(tmp_path / 's')!r},"
+        f" '--socket-dir', {str(tmp_path / 'r')!r}, '--fake-gpu', 'GPU-x,fake,1073741824',"
+        " '--parent-pid', str(__import__('os').getpid())])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    daemon_pid = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "r" / "admin.sock").exists():
+            assert time.monotonic() < deadline, "tokend did not start"
+            time.sleep(0.05)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while os.path.exists(f"/proc/{daemon_pid}") and open(f"/proc/{daemon_pid}/stat").read().split()[2] != "Z":
+            assert time.monotonic() < deadline, "tokend outlived its parent"
+            time.sleep(0.05)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        try:
+            os.kill(daemon_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
