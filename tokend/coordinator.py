@@ -38,6 +38,13 @@ DEFAULT_CONTROL_OPEN_TIMEOUT = 10.0
 _DETACHED = object()  # Control queue sentinel: the client is gone, end the stream
 
 
+def new_group_secret() -> str:
+    """192 random bits as hex: never starts with '-' (token_urlsafe can, and
+    then `--secret VALUE` on a command line reads as a missing value) and
+    needs no quoting in shells or YAML."""
+    return secrets.token_hex(24)
+
+
 @dataclass
 class ClientSession:
     client_id: str
@@ -351,7 +358,7 @@ class Coordinator:
         spec = self._spec_from_proto(group)
         self._check_spec(spec)
         self._core(self.scheduler.add_group, spec)
-        secret = secrets.token_urlsafe(24)
+        secret = new_group_secret()
         try:
             self._save_groups({**self.secrets, spec.name: secret})
         except BaseException:
@@ -384,7 +391,7 @@ class Coordinator:
         self._core(self.scheduler.update_group, new)  # refused -> nothing changed
         new_secrets = dict(self.secrets)
         if request.rotate_secret:
-            new_secrets[new.name] = secrets.token_urlsafe(24)
+            new_secrets[new.name] = new_group_secret()
         try:
             self._save_groups(new_secrets)
         except BaseException:
