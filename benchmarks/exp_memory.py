@@ -61,7 +61,7 @@ def kill_reclaim(trials: int = 5) -> Result:
             proc.stdout.readline()  # the JSON line: it holds 512 MiB now
             proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
-            while _group_memory(exp, "victim") > 0:
+            while exp.admin.status().group("victim").memory_used > 0:
                 if time.monotonic() - killed > 10:
                     raise RuntimeError("memory of a killed process not back within 10 s")
                 time.sleep(0.002)
@@ -72,9 +72,3 @@ def kill_reclaim(trials: int = 5) -> Result:
     result.details = {"reclaim_ms": [t * 1e3 for t in times]}
     return result
 
-
-def _group_memory(exp: SharingExperiment, group: str) -> int:
-    for g in exp.admin.status().groups:
-        if g.group.name == group:
-            return g.memory_used
-    raise KeyError(group)
