@@ -1,18 +1,11 @@
 """Build libgslice.so (the LD_PRELOAD shim) and gslice._shim_api (its test handle).
 
 Called by tools/build_native.py (target `hook`) as
-build(package_dir, nanopb_dir, work_dir).
+build(package_dir, nanopb_dir, work_dir, cc, version).
 
-The shim is preloaded into other people's container images, so it is built
-to load wherever CUDA runs (FIELD-NOTES section 9):
-
-- toolchain `manylinux` (the default when the `ziglang` package is
-  installed): zig's clang with `-target x86_64-linux-gnu.2.17`, i.e. linked
-  against glibc 2.17's symbol versions (the manylinux2014 policy), so it
-  loads on Ubuntu 20.04, UBI 8, ... and every newer glibc.
-- toolchain `native`: the system gcc against the build machine's glibc
-  (what older checkouts did; faster to set up, and what sanitizers need).
-  Chosen with GSLICE_SHIM_TOOLCHAIN=native, or when ziglang is missing.
+The compiler comes from the caller (tools/toolchain.py chooses: zig's clang
+targeting glibc 2.17 by default, or the system gcc), so the library loads
+wherever CUDA runs (FIELD-NOTES section 9).
 
 Either way HTTP/2 (nghttp2, compiled from third_party/nghttp2) and protobuf
 (nanopb's position-independent static runtime from libnanopb-dev) are
@@ -29,12 +22,11 @@ generated from proto/, and third_party/nghttp2/lib/*.c.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
+import platform
 import re
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,10 +34,6 @@ HOOK_DIR = Path(__file__).resolve().parent
 ROOT = HOOK_DIR.parent
 INCLUDE_DIR = ROOT / "include"
 NGHTTP2_DIR = ROOT / "third_party" / "nghttp2" / "lib"
-
-TOOLCHAIN_ENV = "GSLICE_SHIM_TOOLCHAIN"
-GLIBC_BASELINE = "2.17"   # manylinux2014
-MANYLINUX_TARGET = f"x86_64-linux-gnu.{GLIBC_BASELINE}"
 
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fvisibility=hidden", "-fPIC", "-pthread", "-Wall", "-Wextra",
           "-ftls-model=initial-exec", "-fno-plt"]
@@ -58,27 +46,6 @@ LDFLAGS = ["-shared", "-pthread", "-Wl,-z,now,-z,relro", "-Wl,--no-undefined", "
 LIBRARIES = ["-ldl", "-lpthread"]
 
 
-def toolchain() -> str:
-    """`manylinux` or `native` (see the module doc)."""
-    chosen = os.environ.get(TOOLCHAIN_ENV, "").strip()
-    if chosen not in ("", "manylinux", "native"):
-        raise RuntimeError(f"{TOOLCHAIN_ENV}={chosen!r}: expected 'manylinux' or 'native'")
-    if chosen:
-        return chosen
-    return "manylinux" if importlib.util.find_spec("ziglang") else "native"
-
-
-def compiler(chain: str) -> list[str]:
-    if chain == "manylinux":
-        if not importlib.util.find_spec("ziglang"):
-            raise RuntimeError(f"{TOOLCHAIN_ENV}=manylinux needs the `ziglang` package (pip install ziglang)")
-        return [sys.executable, "-m", "ziglang", "cc", "-target", MANYLINUX_TARGET]
-    cc = os.environ.get("CC", "gcc")
-    if not shutil.which(cc):
-        raise RuntimeError(f"C compiler {cc!r} not found on PATH; install gcc or set CC")
-    return [cc]
-
-
 def find_nanopb_runtime() -> Path:
     """The position-independent static nanopb runtime from libnanopb-dev."""
     candidates: list[Path] = []
@@ -88,7 +55,7 @@ def find_nanopb_runtime() -> Path:
             candidates.append(Path(out.stdout.strip()) / "libprotobuf-nanopb.a")
     except FileNotFoundError:
         pass
-    candidates += [Path("/usr/lib/x86_64-linux-gnu/libprotobuf-nanopb.a"), Path("/usr/lib/libprotobuf-nanopb.a"),
+    candidates += [Path(f"/usr/lib/{platform.machine()}-linux-gnu/libprotobuf-nanopb.a"), Path("/usr/lib/libprotobuf-nanopb.a"),
                    Path("/usr/local/lib/libprotobuf-nanopb.a")]
     for path in candidates:
         if path.exists():
@@ -169,17 +136,16 @@ def library_sources(nanopb_dir: Path) -> tuple[list[Path], list[Path]]:
     return ours, nghttp2
 
 
-def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, chain: str | None = None) -> Path:
-    chain = chain or toolchain()
-    cc = compiler(chain)
+def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str) -> Path:
     nanopb_dir = Path(nanopb_dir)
     include_dirs = [HOOK_DIR, INCLUDE_DIR, nanopb_dir, NGHTTP2_DIR / "includes", nanopb_headers(work_dir)]
     headers = _headers_digest(include_dirs + [NGHTTP2_DIR])
     includes = [f"-I{d}" for d in include_dirs]
     ours, nghttp2 = library_sources(nanopb_dir)
-    units = [(s, [*CFLAGS, *includes]) for s in ours]
+    # The package's version (python/gslice/__init__.py) is the shim's too.
+    units = [(s, [*CFLAGS, f'-DGSLICE_VERSION="{version}"', *includes]) for s in ours]
     units += [(s, [*CFLAGS, *NGHTTP2_CFLAGS, f"-I{NGHTTP2_DIR}", f"-I{NGHTTP2_DIR / 'includes'}"]) for s in nghttp2]
-    out_dir = Path(work_dir) / chain
+    out_dir = Path(work_dir) / _digest(" ".join(cc).encode())[:12]
     objects = _compile_objects(cc, units, headers, out_dir / "obj")
 
     built = out_dir / "libgslice.so"
@@ -233,8 +199,11 @@ def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
     return target
 
 
-def build(package_dir: Path, nanopb_dir: Path, work_dir: Path, shim_api: bool = True) -> None:
+def build(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str,
+          shim_api: bool = True) -> None:
+    """cc: the compiler command (tools/toolchain.py); shim_api: also build
+    the tests' CPython module (not for the wheel)."""
     package_dir = Path(package_dir)
-    build_library(package_dir, Path(nanopb_dir), Path(work_dir))
+    build_library(package_dir, Path(nanopb_dir), Path(work_dir), cc, version)
     if shim_api:
         build_shim_api(package_dir, Path(work_dir))
