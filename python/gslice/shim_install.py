@@ -16,24 +16,19 @@ import os
 import shutil
 from pathlib import Path
 
-from . import __version__
+from . import __version__, paths
 
 LIBRARY_NAME = "libgslice.so"
 CURRENT_LINK = "current"
 
 
-def packaged_library() -> Path:
-    """The shim inside this installed package."""
-    return Path(__file__).resolve().parent / "lib" / LIBRARY_NAME
-
-
 def install_shim(prefix: str | os.PathLike, source: str | os.PathLike | None = None,
                  version: str = __version__) -> Path:
-    """Installs `source` (default: the packaged shim) as
+    """Installs `source` (default: paths.shim_library(), the packaged shim) as
     <prefix>/<version>/lib/libgslice.so and points <prefix>/current at
     <version>. A file already there with the same bytes is left untouched;
     a different one is replaced by rename. Returns the installed path."""
-    source = Path(source) if source else packaged_library()
+    source = Path(source) if source else paths.shim_library()
     if not source.is_file():
         raise FileNotFoundError(f"no shim to install at {source} (is gslice built or installed?)")
     if not version or "/" in version or version in (".", "..", CURRENT_LINK):
