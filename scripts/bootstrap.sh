@@ -1,8 +1,9 @@
 # Sourced by scripts/test and scripts/demo: installs what gslice needs on a
 # fresh Debian/Ubuntu machine, then (re)builds the native parts.
-#   apt: a C compiler, libnghttp2 (HTTP/2 for the shim's gRPC client) and
-#        nanopb's runtime (protobuf in C); only what is missing, via sudo
-#        when not root.
+#   apt: a C compiler, nanopb's runtime (protobuf in C, linked into the
+#        shim) and libnghttp2 (HTTP/2; the shim compiles its own copy from
+#        third_party/, the RPC client's test programs link this one); only
+#        what is missing, via sudo when not root.
 #   .venv: the package in editable mode with its test extras, and the zig
 #        C cross compiler (PyPI `ziglang`) that builds the shim for old glibc.
 # Safe to run again: each step is skipped when already done.
