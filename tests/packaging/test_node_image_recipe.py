@@ -11,13 +11,11 @@ import os
 import re
 import shlex
 import subprocess
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, project_version
+from packaging_harness import ROOT, project_version, running_tokend
 
 pytestmark = pytest.mark.packaging
 
@@ -93,22 +91,6 @@ def test_entrypoint_with_the_wheels_gslice(installed_venv, tmp_path):
     assert r.returncode == 2 and "no Kubernetes kubelet plugin" in r.stderr
 
     # The tokend role starts the daemon (stopped as soon as its sockets exist).
-    sockets = Path(f"/tmp/gsn-{uuid.uuid4().hex[:8]}")
-    proc = subprocess.Popen(["/bin/sh", str(ENTRYPOINT), "tokend", "--fake-gpu", "GPU-fake-node,fake,1073741824",
-                             "--state-dir", str(tmp_path / "state"), "--socket-dir", str(sockets),
-                             "--parent-pid", str(os.getpid())],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        for _ in range(600):
-            if (sockets / "admin.sock").exists() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert (sockets / "admin.sock").exists(), proc.stdout.read() if proc.poll() is not None else "no socket"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        subprocess.run(["rm", "-rf", str(sockets)])
+    with running_tokend(["/bin/sh", str(ENTRYPOINT), "tokend", "--fake-gpu", "GPU-fake-node,fake,1073741824",
+                         "--state-dir", str(tmp_path / "state")], env, tmp_path / "tokend.log") as sockets:
+        assert (sockets / "client.sock").exists()

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT, project_version
+from packaging_harness import ROOT, project_version
 from elf_facts import dynamic_section, exported, glibc_versions, highest_glibc, needed, version_tuple
 
 pytestmark = pytest.mark.packaging

@@ -4,15 +4,13 @@ short form runs on the simulated GPU that ships in the wheel."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import project_version
+from packaging_harness import project_version, running_tokend
 
 pytestmark = pytest.mark.packaging
 
@@ -55,34 +53,18 @@ def test_tokend_group_and_run(installed_venv, tmp_path):
     r = run(venv, env, "python", "-c", "import gslice.simgpu as s; print(s.lib_dir())")
     assert r.returncode == 0, r.stderr
     sim_env = {**env, "LD_LIBRARY_PATH": r.stdout.strip(), "GSLICE_SIM_NAME": sim_name, "GSLICE_SIM_MEMORY": "4GiB"}
-    sockets = Path(f"/tmp/gsw-{uuid.uuid4().hex[:8]}")   # short: unix socket paths are limited to 108 bytes
-    admin = ["--admin-socket", str(sockets / "admin.sock")]
-    log = open(tmp_path / "tokend.log", "wb")
-    daemon = subprocess.Popen(["gslice", "tokend", "--state-dir", str(tmp_path / "state"), "--socket-dir",
-                               str(sockets), "--parent-pid", str(os.getpid())],
-                              env=sim_env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while not (sockets / "client.sock").exists():
-            assert daemon.poll() is None, (tmp_path / "tokend.log").read_text()
-            assert time.monotonic() < deadline, "tokend did not create its sockets in 60 s"
-            time.sleep(0.1)
-        r = run(venv, sim_env, "gslice", *admin, "group", "create", "team-a", "--request", "50%", "--limit", "100%",
-                "--memory", "1GiB")
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = run(venv, sim_env, "gslice", *admin, "run", "--group", "team-a", "--", "python", "-m",
-                "gslice.workloads", "alloc", "--chunk-mib", "256", "--count", "8", timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        result = json.loads(r.stdout.strip().splitlines()[-1])
-        # Four 256 MiB chunks fit the 1 GiB quota; the fifth is refused by the shim.
-        assert result["chunks"] == 4 and result["refused"] >= 1, result
+        with running_tokend(["gslice", "tokend", "--state-dir", str(tmp_path / "state")], sim_env,
+                            tmp_path / "tokend.log") as sockets:
+            admin = ["--admin-socket", str(sockets / "admin.sock")]
+            r = run(venv, sim_env, "gslice", *admin, "group", "create", "team-a", "--request", "50%",
+                    "--limit", "100%", "--memory", "1GiB")
+            assert r.returncode == 0, r.stdout + r.stderr
+            r = run(venv, sim_env, "gslice", *admin, "run", "--group", "team-a", "--", "python", "-m",
+                    "gslice.workloads", "alloc", "--chunk-mib", "256", "--count", "8", timeout=120)
+            assert r.returncode == 0, r.stdout + r.stderr
+            result = json.loads(r.stdout.strip().splitlines()[-1])
+            # Four 256 MiB chunks fit the 1 GiB quota; the fifth is refused by the shim.
+            assert result["chunks"] == 4 and result["refused"] >= 1, result
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        log.close()
         Path(f"/dev/shm/gslice-sim-{sim_name}").unlink(missing_ok=True)
-        subprocess.run(["rm", "-rf", str(sockets)])

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from packaging_harness import ROOT
 
 pytestmark = [pytest.mark.packaging, pytest.mark.slow]
 
