@@ -37,11 +37,17 @@ def have_zig() -> bool:
 
 
 def shim_toolchain() -> str:
-    """$GSLICE_SHIM_TOOLCHAIN if set, else manylinux when ziglang is installed."""
+    """$GSLICE_SHIM_TOOLCHAIN if set; else native for a sanitizer build
+    ($GSLICE_SANITIZE: zig ships no ASan runtime); else manylinux when
+    ziglang is installed."""
     chosen = os.environ.get(ENV, "").strip()
     if chosen and chosen not in CHOICES:
         raise RuntimeError(f"{ENV}={chosen!r}: expected one of {', '.join(CHOICES)}")
-    return chosen or ("manylinux" if have_zig() else "native")
+    if chosen:
+        return chosen
+    if os.environ.get("GSLICE_SANITIZE"):
+        return "native"
+    return "manylinux" if have_zig() else "native"
 
 
 def arch() -> str:
