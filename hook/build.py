@@ -55,8 +55,8 @@ def find_nanopb_runtime() -> Path:
             candidates.append(Path(out.stdout.strip()) / "libprotobuf-nanopb.a")
     except FileNotFoundError:
         pass
-    candidates += [Path(f"/usr/lib/{platform.machine()}-linux-gnu/libprotobuf-nanopb.a"), Path("/usr/lib/libprotobuf-nanopb.a"),
-                   Path("/usr/local/lib/libprotobuf-nanopb.a")]
+    candidates += [Path(f"/usr/lib/{platform.machine()}-linux-gnu/libprotobuf-nanopb.a"),
+                   Path("/usr/lib/libprotobuf-nanopb.a"), Path("/usr/local/lib/libprotobuf-nanopb.a")]
     for path in candidates:
         if path.exists():
             return path

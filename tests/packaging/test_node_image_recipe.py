@@ -74,7 +74,8 @@ def test_entrypoint_with_the_wheels_gslice(installed_venv, tmp_path):
     venv, env = installed_venv
     host = tmp_path / "host-opt-gslice"
     run_env = {**env, "GSLICE_SHIM_PREFIX": str(host)}
-    r = subprocess.run(["/bin/sh", str(ENTRYPOINT), "--version"], env=run_env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(["/bin/sh", str(ENTRYPOINT), "--version"], env=run_env, capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"gslice {project_version()}"
     installed = host / project_version() / "lib" / "libgslice.so"

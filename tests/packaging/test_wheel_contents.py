@@ -63,7 +63,8 @@ def test_wheel_carries_the_shim_the_simulated_gpu_and_the_generated_code(wheel_p
 def test_shim_in_wheel_needs_glibc_2_17_at_most(wheel_shim):
     versions = glibc_versions(wheel_shim)
     assert versions, "no GLIBC symbol versions found: is this a glibc build?"
-    assert version_tuple(highest_glibc(wheel_shim)) <= version_tuple(SHIM_GLIBC_MAX), sorted(versions, key=version_tuple)
+    highest = highest_glibc(wheel_shim)
+    assert version_tuple(highest) <= version_tuple(SHIM_GLIBC_MAX), sorted(versions, key=version_tuple)
 
 
 def test_shim_in_wheel_needs_only_glibc_and_has_no_run_path(wheel_shim):
