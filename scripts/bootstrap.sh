@@ -47,7 +47,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Build requirements first (pyproject.toml [build-system]), so the editable
   # install needs no isolated env; ziglang is the C cross compiler that
   # builds the shim for glibc 2.17 (tools/toolchain.py).
-  "$VENV/bin/python" -m pip install -q "setuptools>=70.1,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" \
+  "$VENV/bin/python" -m pip install -q "setuptools>=77,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" \
     "nanopb==0.4.7" "ziglang>=0.13"
   "$VENV/bin/python" tools/build_native.py proto   # generated packages must exist before the install
   "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[test]"
