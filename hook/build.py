@@ -1,27 +1,49 @@
 """Build libgslice.so (the LD_PRELOAD shim) and gslice._shim_api (its test handle).
 
 Called by tools/build_native.py (target `hook`) as
-build(package_dir, nanopb_dir, work_dir). Plain C compiled through cffi's
-build machinery (FIELD-NOTES section 2): no Python symbols, NEEDED only
-libc/libnghttp2, loads under LD_BIND_NOW=1. Only the table's entry points,
-dlsym and the gslice_* API are exported (-fvisibility=hidden; the static
-nanopb runtime is hidden with --exclude-libs,ALL).
+build(package_dir, nanopb_dir, work_dir, cc, version).
+
+The compiler comes from the caller (tools/toolchain.py chooses: zig's clang
+targeting glibc 2.17 by default, or the system gcc), so the library loads
+wherever CUDA runs (FIELD-NOTES section 9).
+
+Either way HTTP/2 (nghttp2, compiled from third_party/nghttp2) and protobuf
+(nanopb's position-independent static runtime from libnanopb-dev) are
+linked in and hidden: NEEDED is glibc's own libraries only (libc, and
+libdl/libpthread, where glibc < 2.34 keeps dlopen/pthread_create), and the
+exports are only the table's entry points, dlsym and the gslice_* API.
+Plain C compiled straight with the compiler (no Python symbols, no run
+path; loads under LD_BIND_NOW=1). Objects are cached by content, so a
+rebuild after a one-file change recompiles one file.
+
+Sources: every hook/*.c (a new file there is picked up), the nanopb code
+generated from proto/, and third_party/nghttp2/lib/*.c.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HOOK_DIR = Path(__file__).resolve().parent
 ROOT = HOOK_DIR.parent
 INCLUDE_DIR = ROOT / "include"
+NGHTTP2_DIR = ROOT / "third_party" / "nghttp2" / "lib"
 
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fvisibility=hidden", "-fPIC", "-pthread", "-Wall", "-Wextra",
           "-ftls-model=initial-exec", "-fno-plt"]
-LDFLAGS = ["-pthread", "-Wl,-z,now,-z,relro,--exclude-libs,ALL", "-Wl,--no-undefined"]
+# nghttp2 built as upstream's static library (no visibility("default") on
+# its API), with the two headers its configure would have found.
+NGHTTP2_CFLAGS = ["-DNGHTTP2_STATICLIB", "-DHAVE_ARPA_INET_H", "-DHAVE_NETINET_IN_H", "-Wno-unused-parameter"]
+LDFLAGS = ["-shared", "-pthread", "-Wl,-z,now,-z,relro", "-Wl,--no-undefined", "-Wl,-soname,libgslice.so",
+           f"-Wl,--version-script,{HOOK_DIR / 'exports.map'}"]
+# dlopen/dlvsym and pthread_* live in libdl/libpthread before glibc 2.34.
+LIBRARIES = ["-ldl", "-lpthread"]
 
 
 def find_nanopb_runtime() -> Path:
@@ -33,13 +55,8 @@ def find_nanopb_runtime() -> Path:
             candidates.append(Path(out.stdout.strip()) / "libprotobuf-nanopb.a")
     except FileNotFoundError:
         pass
-    try:
-        arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
-        if arch:
-            candidates.append(Path("/usr/lib") / arch / "libprotobuf-nanopb.a")
-    except FileNotFoundError:
-        pass
-    candidates += [Path("/usr/lib/libprotobuf-nanopb.a"), Path("/usr/local/lib/libprotobuf-nanopb.a")]
+    candidates += [Path(f"/usr/lib/{platform.machine()}-linux-gnu/libprotobuf-nanopb.a"),
+                   Path("/usr/lib/libprotobuf-nanopb.a"), Path("/usr/local/lib/libprotobuf-nanopb.a")]
     for path in candidates:
         if path.exists():
             return path
@@ -47,47 +64,97 @@ def find_nanopb_runtime() -> Path:
                        + ", ".join(map(str, candidates)) + "); install libnanopb-dev")
 
 
-def _compile_shared(name: str, sources: list[Path], include_dirs: list[Path], extra_objects: list[str],
-                    libraries: list[str], work_dir: Path, extra_link: list[str] = ()) -> Path:
-    from cffi import ffiplatform
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-
-    ext = ffiplatform.get_extension(
-        str(work_dir / f"{name}.c"), name,
-        sources=[str(s) for s in sources],
-        include_dirs=[str(d) for d in include_dirs],
-        extra_compile_args=CFLAGS,
-        extra_link_args=LDFLAGS + list(extra_link),
-        extra_objects=extra_objects,
-        libraries=libraries,
-    )
-    # The main source must be one of ours, not a cffi-generated file.
-    ext.sources = [str(s) for s in sources]
-    saved = {k: os.environ.get(k) for k in ("LDSHARED", "CC")}
-    # Without it the pyenv Python adds a RUNPATH to its own lib folder.
-    os.environ["LDSHARED"] = "gcc -shared"
-    os.environ["CC"] = "gcc"
-    cwd = os.getcwd()
-    os.chdir(work_dir)   # distutils would read the project's pyproject.toml from the cwd
-    try:
-        built = ffiplatform.compile(str(work_dir), ext)
-    finally:
-        os.chdir(cwd)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return Path(built)
+NANOPB_HEADERS = ("pb.h", "pb_common.h", "pb_encode.h", "pb_decode.h")
 
 
-def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path) -> Path:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    sources = sorted(HOOK_DIR.glob("*.c")) + sorted(nanopb_dir.rglob("*.pb.c"))
-    built = _compile_shared("libgslice", sources, [HOOK_DIR, INCLUDE_DIR, nanopb_dir, Path("/usr/include")],
-                            [str(find_nanopb_runtime())], ["nghttp2", "dl"], work_dir / "lib")
-    lib_dir = package_dir / "lib"
+def nanopb_headers(work_dir: Path) -> Path:
+    """A folder with only nanopb's headers (libnanopb-dev puts them in
+    /usr/include, which must not be on a cross compiler's path: it would
+    shadow the target glibc's headers with the build machine's)."""
+    for src in (Path("/usr/include/nanopb"), Path("/usr/include"), Path("/usr/local/include")):
+        if (src / "pb.h").exists():
+            break
+    else:
+        raise RuntimeError("pb.h not found in /usr/include or /usr/local/include; install libnanopb-dev")
+    out = Path(work_dir) / "nanopb-include"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in NANOPB_HEADERS:
+        data = (src / name).read_bytes()
+        if not (out / name).exists() or (out / name).read_bytes() != data:
+            (out / name).write_bytes(data)
+    return out
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:24]
+
+
+def _headers_digest(include_dirs: list[Path]) -> bytes:
+    """One digest over every header a source could include from our folders
+    (the target's system headers are fixed by the compiler command in the key)."""
+    h = hashlib.sha256()
+    for d in include_dirs:
+        for header in sorted(d.rglob("*.h")):
+            h.update(str(header).encode())
+            h.update(header.read_bytes())
+    return h.digest()
+
+
+def _compile_objects(cc: list[str], units: list[tuple[Path, list[str]]], headers: bytes,
+                     obj_dir: Path) -> list[Path]:
+    """Compiles (source, flags) pairs into obj_dir, reusing an object whose
+    source, headers (digest) and command are unchanged."""
+    obj_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(unit: tuple[Path, list[str]]) -> Path:
+        source, flags = unit
+        key = _digest(" ".join(cc + flags).encode(), headers, source.read_bytes())
+        obj = obj_dir / f"{source.stem}-{key}.o"
+        if not obj.exists():
+            tmp = obj.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [*cc, *flags, "-c", str(source), "-o", str(tmp)]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"compiling {source.name} failed:\n{' '.join(cmd)}\n{result.stderr}")
+            os.replace(tmp, obj)
+        return obj
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return list(pool.map(one, units))
+
+
+def library_sources(nanopb_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(gslice sources incl. generated protobuf code, nghttp2 sources)."""
+    ours = sorted(HOOK_DIR.glob("*.c")) + sorted(Path(nanopb_dir).rglob("*.pb.c"))
+    nghttp2 = sorted(NGHTTP2_DIR.glob("*.c"))
+    if not nghttp2:
+        raise RuntimeError(f"no nghttp2 sources in {NGHTTP2_DIR} (python tools/vendor_nghttp2.py restores them)")
+    return ours, nghttp2
+
+
+def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str) -> Path:
+    nanopb_dir = Path(nanopb_dir)
+    include_dirs = [HOOK_DIR, INCLUDE_DIR, nanopb_dir, NGHTTP2_DIR / "includes", nanopb_headers(work_dir)]
+    headers = _headers_digest(include_dirs + [NGHTTP2_DIR])
+    includes = [f"-I{d}" for d in include_dirs]
+    ours, nghttp2 = library_sources(nanopb_dir)
+    # The package's version (python/gslice/__init__.py) is the shim's too.
+    units = [(s, [*CFLAGS, f'-DGSLICE_VERSION="{version}"', *includes]) for s in ours]
+    units += [(s, [*CFLAGS, *NGHTTP2_CFLAGS, f"-I{NGHTTP2_DIR}", f"-I{NGHTTP2_DIR / 'includes'}"]) for s in nghttp2]
+    out_dir = Path(work_dir) / _digest(" ".join(cc).encode())[:12]
+    objects = _compile_objects(cc, units, headers, out_dir / "obj")
+
+    built = out_dir / "libgslice.so"
+    cmd = [*cc, *LDFLAGS, "-o", str(built), *map(str, objects), str(find_nanopb_runtime()), *LIBRARIES]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"linking libgslice.so failed:\n{' '.join(cmd)}\n{result.stderr}")
+
+    lib_dir = Path(package_dir) / "lib"
     lib_dir.mkdir(parents=True, exist_ok=True)
     target = lib_dir / "libgslice.so"
     tmp = lib_dir / ".libgslice.so.tmp"
@@ -105,7 +172,8 @@ def shim_api_cdef() -> str:
 
 
 def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
-    """API-mode cffi module gslice._shim_api, linked against lib/libgslice.so."""
+    """API-mode cffi module gslice._shim_api, linked against lib/libgslice.so.
+    A CPython extension for the tests only: the wheel leaves it out."""
     import cffi
 
     ffi = cffi.FFI()
@@ -121,7 +189,7 @@ def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
     out_dir = work_dir / "shim_api"
     out_dir.mkdir(parents=True, exist_ok=True)
     cwd = os.getcwd()
-    os.chdir(out_dir)
+    os.chdir(out_dir)   # distutils would read the project's pyproject.toml from the cwd
     try:
         built = Path(ffi.compile(tmpdir=str(out_dir), verbose=False))
     finally:
@@ -131,7 +199,11 @@ def build_shim_api(package_dir: Path, work_dir: Path) -> Path:
     return target
 
 
-def build(package_dir: Path, nanopb_dir: Path, work_dir: Path) -> None:
+def build(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str,
+          shim_api: bool = True) -> None:
+    """cc: the compiler command (tools/toolchain.py); shim_api: also build
+    the tests' CPython module (not for the wheel)."""
     package_dir = Path(package_dir)
-    build_library(package_dir, Path(nanopb_dir), Path(work_dir))
-    build_shim_api(package_dir, Path(work_dir))
+    build_library(package_dir, Path(nanopb_dir), Path(work_dir), cc, version)
+    if shim_api:
+        build_shim_api(package_dir, Path(work_dir))

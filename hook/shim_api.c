@@ -9,7 +9,12 @@
 #include "memory_ledger.h"
 #include "shim.h"
 
-GS_EXPORT const char *gslice_version(void) { return "gslice-shim 0.1.0"; }
+/* GSLICE_VERSION comes from the build (hook/build.py: the package's version). */
+#ifndef GSLICE_VERSION
+#define GSLICE_VERSION "unknown"
+#endif
+
+GS_EXPORT const char *gslice_version(void) { return "gslice-shim " GSLICE_VERSION; }
 
 GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
 {

@@ -1,9 +1,11 @@
 # Sourced by scripts/test and scripts/demo: installs what gslice needs on a
 # fresh Debian/Ubuntu machine, then (re)builds the native parts.
-#   apt: a C compiler, libnghttp2 (HTTP/2 for the shim's gRPC client) and
-#        nanopb's runtime (protobuf in C); only what is missing, via sudo
-#        when not root.
-#   .venv: the package in editable mode with its test extras.
+#   apt: a C compiler, nanopb's runtime (protobuf in C, linked into the
+#        shim) and libnghttp2 (HTTP/2; the shim compiles its own copy from
+#        third_party/, the RPC client's test programs link this one); only
+#        what is missing, via sudo when not root.
+#   .venv: the package in editable mode with its test extras, and the zig
+#        C cross compiler (PyPI `ziglang`) that builds the shim for old glibc.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 GSLICE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,8 +44,11 @@ want=$(sha256sum pyproject.toml setup.py | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   log "installing gslice and its dependencies into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # Build requirements first, so the editable install needs no isolated env.
-  "$VENV/bin/python" -m pip install -q "setuptools>=68,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" "nanopb==0.4.7"
+  # Build requirements first (pyproject.toml [build-system]), so the editable
+  # install needs no isolated env; ziglang is the C cross compiler that
+  # builds the shim for glibc 2.17 (tools/toolchain.py).
+  "$VENV/bin/python" -m pip install -q "setuptools>=77,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" \
+    "nanopb==0.4.7" "ziglang>=0.13"
   "$VENV/bin/python" tools/build_native.py proto   # generated packages must exist before the install
   "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[test]"
   echo "$want" >"$stamp"

@@ -6,17 +6,24 @@ checkout rebuilds bit-for-bit the same outputs:
   proto    proto/gslice/v1/*.proto -> python/gslice/v1/*_pb2*.py (grpcio-tools)
            proto/gslice/v1/client.proto -> build/native/nanopb/*.pb.[ch] (nanopb, for the shim)
   simgpu   simgpu/*.c -> python/gslice/simgpu/libcuda.so.1, libnvidia-ml.so.1
-  hook     hook/*.c -> python/gslice/lib/libgslice.so (+ gslice._shim_api, the tests' handle)
+  hook     hook/*.c + third_party/nghttp2 -> python/gslice/lib/libgslice.so
+           (+ gslice._shim_api, the tests' handle)
 
-`setup.py` runs all of it on install; developers rebuild one part with
-`python tools/build_native.py hook` (or proto, simgpu, all).
+`setup.py` runs all of it for a wheel (`wheel_parts`: every native part with
+the manylinux toolchain, no test module); developers rebuild one part with
+`python tools/build_native.py hook` (or proto, simgpu, all). Compilers and
+glibc baselines: tools/toolchain.py.
 """
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import toolchain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
@@ -67,15 +74,38 @@ def _load(path: Path):
     return module
 
 
-def build_simgpu() -> None:
-    _load(ROOT / "simgpu" / "build.py").build(out_dir=PACKAGE_DIR / "simgpu", work_dir=WORK_DIR / "simgpu")
+def version() -> str:
+    """The one version of gslice: __version__ in python/gslice/__init__.py."""
+    text = (PACKAGE_DIR / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"', text, flags=re.M).group(1)
 
 
-def build_hook() -> None:
+def build_simgpu(chain: str = "native") -> None:
+    """The simulated GPU; developers build it with the system gcc, the wheel
+    with the manylinux toolchain (simgpu/build.py takes $CC as one word)."""
+    import os
+
+    cc = toolchain.compiler_script(chain, toolchain.SIMGPU_GLIBC, WORK_DIR / "toolchain")
+    saved = os.environ.get("CC")
+    os.environ["CC"] = cc
+    try:
+        # One work folder per compiler: its build stamps then name the compiler too.
+        _load(ROOT / "simgpu" / "build.py").build(out_dir=PACKAGE_DIR / "simgpu",
+                                                  work_dir=WORK_DIR / "simgpu" / Path(cc).name)
+    finally:
+        if saved is None:
+            os.environ.pop("CC", None)
+        else:
+            os.environ["CC"] = saved
+
+
+def build_hook(chain: str | None = None, shim_api: bool = True) -> None:
     if not (NANOPB_DIR / "gslice/v1/client.pb.c").exists():
         build_proto()
+    chain = chain or toolchain.shim_toolchain()
     _load(ROOT / "hook" / "build.py").build(
-        package_dir=PACKAGE_DIR, nanopb_dir=NANOPB_DIR, work_dir=WORK_DIR / "hook"
+        package_dir=PACKAGE_DIR, nanopb_dir=NANOPB_DIR, work_dir=WORK_DIR / "hook",
+        cc=toolchain.compiler(chain, toolchain.SHIM_GLIBC), version=version(), shim_api=shim_api,
     )
 
 
@@ -85,6 +115,14 @@ TARGETS = {"proto": build_proto, "simgpu": build_simgpu, "hook": build_hook}
 def build_all() -> None:
     for step in TARGETS.values():
         step()
+
+
+def build_wheel_parts() -> None:
+    """What a wheel carries: generated code, and the native libraries built
+    for old glibc (tools/toolchain.py), without the tests' CPython module."""
+    build_proto()
+    build_simgpu("manylinux")
+    build_hook("manylinux", shim_api=False)
 
 
 def main(argv: list[str]) -> int:

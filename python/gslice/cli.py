@@ -165,6 +165,15 @@ def cmd_lib_path(args) -> int:
     return 0
 
 
+def cmd_install_shim(args) -> int:
+    from .shim_install import install_shim
+    try:
+        print(install_shim(args.prefix))
+    except (OSError, ValueError) as exc:
+        raise GsliceError(f"installing the shim under {args.prefix} failed: {exc}") from exc
+    return 0
+
+
 def cmd_run(args) -> int:
     from .cli_doctor import shim_library_path
     command = args.command
@@ -206,6 +215,8 @@ def cmd_doctor(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gslice", description="Share one NVIDIA GPU between groups of processes.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"gslice {__version__}")
     parser.add_argument("--admin-socket", default=None,
                         help=f"tokend's admin socket (default ${paths.ENV_ADMIN_SOCKET} or {paths.DEFAULT_ADMIN_SOCKET})")
     sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
@@ -259,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     lib_path = sub.add_parser("lib-path", help="print the path of libgslice.so (for LD_PRELOAD)")
     lib_path.set_defaults(func=cmd_lib_path)
+
+    install_shim = sub.add_parser("install-shim", help="copy libgslice.so to PREFIX/<version>/lib for the "
+                                                       "node's containers (PREFIX/current points at it)")
+    install_shim.add_argument("--prefix", default="/opt/gslice", help="host folder (default /opt/gslice)")
+    install_shim.set_defaults(func=cmd_install_shim)
 
     run = sub.add_parser("run", help="run a command as a member of a group")
     run.add_argument("--group", required=True)

@@ -19,8 +19,7 @@ class Check:
 
 
 def shim_library_path() -> Path:
-    import gslice
-    return Path(gslice.__file__).resolve().parent / "lib" / "libgslice.so"
+    return paths.shim_library()
 
 
 def check_nvml(gpu: str | None) -> Check:

@@ -28,13 +28,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import paths
 from .testing import TokendProcess
 from .units import parse_bytes
 
 
 def shim_library() -> Path:
-    """Path of the built libgslice.so inside the package."""
-    path = Path(__file__).resolve().parent / "lib" / "libgslice.so"
+    """Path of the built libgslice.so (paths.shim_library)."""
+    path = paths.shim_library()
     if not path.exists():
         raise FileNotFoundError(f"{path} is not built: run `python tools/build_native.py hook`")
     return path

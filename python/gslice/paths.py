@@ -20,6 +20,9 @@ ENV_GROUP_SECRET = "GSLICE_GROUP_SECRET"
 ENV_LOG_LEVEL = "GSLICE_LOG_LEVEL"
 # Read by the operator API and the CLI.
 ENV_ADMIN_SOCKET = "GSLICE_ADMIN_SOCKET"
+# Another libgslice.so for `gslice run`, lib-path, install-shim, the
+# experiments and the tests (default: the one inside this package).
+ENV_SHIM_LIBRARY = "GSLICE_SHIM_LIBRARY"
 
 DEFAULT_CLIENT_SOCKET = DEFAULT_SOCKET_DIR / CLIENT_SOCKET_NAME
 DEFAULT_ADMIN_SOCKET = DEFAULT_SOCKET_DIR / ADMIN_SOCKET_NAME
@@ -46,6 +49,12 @@ def client_socket(explicit: str | os.PathLike | None = None,
     if admin or os.environ.get(ENV_ADMIN_SOCKET):
         return admin_socket(admin).with_name(CLIENT_SOCKET_NAME)
     return DEFAULT_CLIENT_SOCKET
+
+
+def shim_library() -> Path:
+    """libgslice.so: $GSLICE_SHIM_LIBRARY, else the one inside this package."""
+    from_env = os.environ.get(ENV_SHIM_LIBRARY)
+    return Path(from_env) if from_env else Path(__file__).resolve().parent / "lib" / "libgslice.so"
 
 
 def grpc_target(socket_path: str | os.PathLike) -> str:

@@ -215,7 +215,7 @@ class TokendProcess:
         env.update({paths.ENV_SOCKET: str(self.client_socket), paths.ENV_GROUP: group,
                     paths.ENV_GROUP_SECRET: secret})
         if preload:
-            library = Path(__file__).resolve().parent / "lib" / "libgslice.so"
+            library = paths.shim_library()
             if not library.exists():
                 raise RuntimeError(f"libgslice.so is not built at {library} (python tools/build_native.py hook)")
             env["LD_PRELOAD"] = f"{library}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(library)

@@ -14,10 +14,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-SHIM = ROOT / "python" / "gslice" / "lib" / "libgslice.so"
+# GSLICE_SHIM_LIBRARY points the whole folder (and gslice.testing,
+# gslice.experiment) at another build of the shim: tests/packaging runs it
+# against the one inside the wheel.
+SHIM_OVERRIDE = os.environ.get("GSLICE_SHIM_LIBRARY")
+SHIM = Path(SHIM_OVERRIDE) if SHIM_OVERRIDE else ROOT / "python" / "gslice" / "lib" / "libgslice.so"
 
 
 def _ensure_shim() -> Path:
+    if SHIM_OVERRIDE and not SHIM.is_file():
+        raise FileNotFoundError(f"GSLICE_SHIM_LIBRARY={SHIM_OVERRIDE} is not a file")
     if not SHIM.exists():
         subprocess.run([sys.executable, str(ROOT / "tools" / "build_native.py"), "hook"], check=True, cwd=ROOT)
     return SHIM

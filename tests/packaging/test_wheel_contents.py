@@ -1,0 +1,120 @@
+"""The built wheel and sdist: tags, contents, and the shim inside the wheel
+as a file (glibc baseline, NEEDED, exports, loads under LD_BIND_NOW=1)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+from packaging_harness import ROOT, project_version
+from elf_facts import dynamic_section, exported, glibc_versions, highest_glibc, needed, version_tuple
+
+pytestmark = pytest.mark.packaging
+
+# manylinux2014: what the shim must need at most, to load in every CUDA
+# base image people run (Ubuntu 20.04: 2.31, UBI 8: 2.28, ...).
+SHIM_GLIBC_MAX = "2.17"
+# The simulated GPU (demo/test driver) uses memfd_create (glibc 2.27):
+# the wheel as a whole is manylinux_2_28, see tools/toolchain.py.
+WHEEL_GLIBC_MAX = "2.28"
+GLIBC_LIBRARIES = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libm.so.6", "ld-linux-x86-64.so.2"}
+
+
+def table_names() -> set[str]:
+    text = (ROOT / "hook" / "intercept_table.h").read_text()
+    return set(re.findall(r"^\s*X\((\w+),", text, flags=re.M))
+
+
+def tag_glibc(tag: str) -> str:
+    """manylinux_2_28_x86_64 -> 2.28"""
+    major, minor = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", tag).groups()
+    return f"{major}.{minor}"
+
+
+def test_wheel_is_tagged_for_any_python3_on_manylinux(wheel_path):
+    name, version, python, abi, platform = wheel_path.stem.split("-")
+    assert (name, version) == ("gslice", project_version())
+    assert (python, abi) == ("py3", "none")
+    tags = platform.split(".")
+    for tag in tags:
+        assert version_tuple(tag_glibc(tag)) <= version_tuple(WHEEL_GLIBC_MAX), tag
+    with zipfile.ZipFile(wheel_path) as whl:
+        meta = whl.read(f"gslice-{version}.dist-info/WHEEL").decode()
+    assert "Root-Is-Purelib: false" in meta
+    assert f"Tag: py3-none-{tags[0]}" in meta
+
+
+def test_wheel_carries_the_shim_the_simulated_gpu_and_the_generated_code(wheel_path):
+    with zipfile.ZipFile(wheel_path) as whl:
+        names = set(whl.namelist())
+    for required in ("gslice/lib/libgslice.so", "gslice/simgpu/libcuda.so.1", "gslice/simgpu/libnvidia-ml.so.1",
+                     "gslice/v1/client_pb2.py", "gslice/v1/client_pb2_grpc.py", "gslice/v1/admin_pb2_grpc.py",
+                     "gslice/v1/common_pb2.py", "gslice/cli.py", "gslice/tokend/__main__.py"):
+        assert required in names, required
+    # The CPython test module is not in it: the wheel serves every Python 3.
+    assert not [n for n in names if "_shim_api" in n or re.search(r"\.cpython-|\.abi3\.", n)]
+    assert not [n for n in names if n.endswith(".so") and "/simgpu/" in n]
+
+
+def test_shim_in_wheel_needs_glibc_2_17_at_most(wheel_shim):
+    versions = glibc_versions(wheel_shim)
+    assert versions, "no GLIBC symbol versions found: is this a glibc build?"
+    highest = highest_glibc(wheel_shim)
+    assert version_tuple(highest) <= version_tuple(SHIM_GLIBC_MAX), sorted(versions, key=version_tuple)
+
+
+def test_shim_in_wheel_needs_only_glibc_and_has_no_run_path(wheel_shim):
+    assert needed(wheel_shim) <= {"libc.so.6", "libdl.so.2", "libpthread.so.0"}, needed(wheel_shim)
+    section = dynamic_section(wheel_shim)
+    assert "RUNPATH" not in section and "RPATH" not in section
+
+
+def test_shim_in_wheel_exports_the_table_dlsym_and_the_c_api_only(wheel_shim):
+    names = exported(wheel_shim)
+    api = {n for n in names if n.startswith("gslice_")}
+    assert names - api == table_names() | {"dlsym"}
+    # nghttp2 and nanopb are linked in, and hidden.
+    assert not [n for n in names if n.startswith(("nghttp2_", "pb_"))]
+
+
+def test_shim_in_wheel_loads_with_bind_now(wheel_shim):
+    for program in (["/bin/true"], [sys.executable, "-c", "pass"]):
+        r = subprocess.run(program, env={"LD_PRELOAD": str(wheel_shim), "LD_BIND_NOW": "1"},
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stderr == "", (program, r.stderr)
+
+
+def test_simulated_gpu_in_wheel_needs_glibc_2_28_at_most(wheel_tree):
+    for name in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        lib = wheel_tree / "gslice" / "simgpu" / name
+        assert version_tuple(highest_glibc(lib)) <= version_tuple(WHEEL_GLIBC_MAX), (name, glibc_versions(lib))
+        assert needed(lib) <= GLIBC_LIBRARIES, (name, needed(lib))
+
+
+def test_auditwheel_names_a_manylinux_policy_within_the_tag(wheel_path):
+    pytest.importorskip("auditwheel")
+    r = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = " ".join(r.stdout.split())
+    found = re.search(r'consistent with the following platform tag: "manylinux_2_(\d+)_x86_64"', text)
+    assert found, r.stdout
+    policy = f"2.{found.group(1)}"
+    claimed = tag_glibc(wheel_path.stem.split("-")[-1].split(".")[0])
+    # The wheel may claim less than auditwheel allows, never more.
+    assert version_tuple(policy) <= version_tuple(claimed) <= version_tuple(WHEEL_GLIBC_MAX), (policy, claimed)
+
+
+def test_sdist_carries_the_native_sources_and_no_binaries(sdist_path):
+    with tarfile.open(sdist_path) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for required in ("pyproject.toml", "setup.py", "tools/build_native.py", "tools/toolchain.py", "hook/build.py",
+                     "hook/exports.map", "hook/shim.c", "simgpu/build.py", "include/gslice_cuda_abi.h",
+                     "proto/gslice/v1/client.proto", "third_party/nghttp2/lib/nghttp2_session.c",
+                     "third_party/nghttp2/COPYING"):
+        assert required in names, required
+    assert not [n for n in names if n.endswith((".so", ".o")) or ".so." in n]
