@@ -1,0 +1,96 @@
+"""The node's ResourceSlice: one device per GPU, shareable
+(allowMultipleAllocations, KEP-5075 consumable capacity) with two capacities
+the scheduler keeps within bounds across all claims on the device:
+
+  compute  per mille of the GPU's time (1000 = the whole GPU): the group's request
+  memory   the GPU's memory minus a reserve: the group's memory quota
+
+A claim that names no capacity gets the request policy's default: the whole
+GPU. The pool is the node's; its generation goes up whenever the devices change."""
+from __future__ import annotations
+
+import logging
+import re
+
+from .cluster_api import ClusterApi
+from .tokends import GpuTokend
+
+log = logging.getLogger("gslice.dra")
+
+COMPUTE_TOTAL = 1000  # per mille
+COMPUTE_STEP = 10     # 1% of the GPU
+MEMORY_STEP = 256 * 1024**2
+MiB = 1024**2
+
+
+def _mebibytes(value: int) -> str:
+    return f"{value // MiB}Mi"
+
+
+def device_entry(gpu: GpuTokend, memory_reserve: int) -> dict:
+    memory = max(0, gpu.memory_total - memory_reserve)
+    memory = memory - memory % MiB
+    return {
+        "name": gpu.device_name,
+        "allowMultipleAllocations": True,
+        "attributes": {
+            "uuid": {"string": gpu.uuid},
+            "productName": {"string": gpu.product_name[:64]},
+            "index": {"int": gpu.index},
+        },
+        "capacity": {
+            "compute": {"value": str(COMPUTE_TOTAL), "requestPolicy": {
+                "default": str(COMPUTE_TOTAL),
+                "validRange": {"min": str(COMPUTE_STEP), "max": str(COMPUTE_TOTAL), "step": str(COMPUTE_STEP)}}},
+            "memory": {"value": _mebibytes(memory), "requestPolicy": {
+                "default": _mebibytes(memory),
+                "validRange": {"min": _mebibytes(MEMORY_STEP), "step": _mebibytes(MEMORY_STEP)}}},
+        },
+    }
+
+
+def slice_name(driver: str, node: str) -> str:
+    """A DNS subdomain from the node and driver names (both DNS subdomains)."""
+    return re.sub(r"[^a-z0-9.-]", "-", f"{node}-{driver}".lower())[:253].strip("-.")
+
+
+def build_slice(driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int, generation: int) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": slice_name(driver, node)},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": [device_entry(gpu, memory_reserve) for gpu in gpus],
+        },
+    }
+
+
+def publish(api: ClusterApi, driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int) -> dict | None:
+    """Make the API server's slices for this node say what `gpus` are: one
+    slice, replaced only when its devices changed (generation + 1); other
+    slices of this driver on this node are deleted. With no GPU, no slice."""
+    existing = api.list_slices(driver, node)
+    name = slice_name(driver, node)
+    current = next((s for s in existing if s["metadata"]["name"] == name), None)
+    for stale in existing:
+        if stale is not current:
+            api.delete_slice(stale["metadata"]["name"])
+    if not gpus:
+        if current is not None:
+            api.delete_slice(name)
+        return None
+    devices = [device_entry(gpu, memory_reserve) for gpu in gpus]
+    if current is None:
+        body = build_slice(driver, node, gpus, memory_reserve, generation=1)
+        log.info("publishing ResourceSlice %s with %d GPU(s)", name, len(gpus))
+        return api.create_slice(body)
+    if current["spec"].get("devices") == devices:
+        return current
+    generation = int(current["spec"]["pool"].get("generation", 0)) + 1
+    body = build_slice(driver, node, gpus, memory_reserve, generation)
+    body["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
+    log.info("updating ResourceSlice %s: %d GPU(s), pool generation %d", name, len(gpus), generation)
+    return api.replace_slice(name, body)
