@@ -36,7 +36,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
 
 
 class Node:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, cdi_dir: Path | None = None):
         # Unix socket paths are limited to 108 bytes: a short root.
         self.root = Path(tempfile.mkdtemp(prefix="gsdra-", dir="/tmp"))
         self.tokend = TokendProcess(tmp_path, gpu="sim", own_client_dir=True, fake_gpu_memory=GPU_MEMORY,
@@ -44,7 +44,7 @@ class Node:
         self.cluster = InMemoryCluster()
         self.config = PluginConfig(
             node_name=NODE, registry_dir=self.root / "registry", plugins_dir=self.root / "plugins",
-            cdi_dir=self.root / "cdi", nvidia_cdi_dirs=(self.root / "etc-cdi",), state_dir=self.root / "state",
+            cdi_dir=cdi_dir or self.root / "cdi", nvidia_cdi_dirs=(self.root / "etc-cdi",), state_dir=self.root / "state",
             shim_root=self.root / "opt", tokend_admin_sockets=str(self.tokend.admin_socket),
             cleanup_interval=3600.0)
         self.plugin: KubeletPlugin | None = None
