@@ -64,6 +64,8 @@ class Group:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["priority"] = self.priority.name.lower()
+        if not self.labels:
+            del data["labels"]  # the JSON of unlabelled groups stays as it was
         return data
 
 
