@@ -51,6 +51,18 @@ def free_tcp_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition", interval: float = 0.02):
+    """Calls predicate until it returns something true (returned) or timeout
+    seconds pass (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def simgpu_env(name: str, memory: int | str | None = None) -> dict[str, str] | None:
     """Environment that puts a process on the simulated GPU `name` (shared by
     every process using the same name); None if the simulator is not built."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -17,22 +16,12 @@ from gslice.kubernetes.config import PluginConfig  # noqa: E402
 from gslice.kubernetes.driver import Driver  # noqa: E402
 from gslice.kubernetes.fake_cluster import InMemoryCluster  # noqa: E402
 from gslice.kubernetes.plugin import KubeletPlugin  # noqa: E402
-from gslice.testing import TokendProcess  # noqa: E402
+from gslice.testing import TokendProcess, wait_for  # noqa: E402,F401 (wait_for: for the tests)
 
 from fake_kubelet import FakeKubelet  # noqa: E402
 
 NODE = "node-a"
 GPU_MEMORY = 16 * 1024**3
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Node:

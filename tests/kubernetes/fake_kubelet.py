@@ -8,10 +8,11 @@ from pathlib import Path
 
 import grpc
 
-from gslice.kubelet import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
+from gslice.kubelet import (dra_v1_pb2 as pb, dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc,
                             pluginregistration_v1_pb2 as reg_pb, pluginregistration_v1_pb2_grpc as reg_grpc)
 
-VERSIONS = {"v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc), "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)}
+# Both versions carry the same messages; the method paths differ.
+VERSIONS = {"v1.DRAPlugin": dra_v1_pb2_grpc, "v1beta1.DRAPlugin": dra_v1beta1_pb2_grpc}
 
 
 class FakeKubelet:
@@ -42,23 +43,17 @@ class FakeKubelet:
         assert not error, error
         return self.info
 
-    def _dra(self, version: str):
-        pb, pb_grpc = VERSIONS[version]
-        return pb, pb_grpc.DRAPluginStub(self._channel(self.info.endpoint))
+    def _call(self, method: str, request_type, claims: list[dict], version: str):
+        stub = VERSIONS[version].DRAPluginStub(self._channel(self.info.endpoint))
+        request = request_type(claims=[pb.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
+                                                name=c["metadata"]["name"]) for c in claims])
+        return getattr(stub, method)(request, timeout=30)
 
-    def prepare(self, claims: list[dict], version: str = "v1.DRAPlugin"):
-        pb, stub = self._dra(version)
-        request = pb.NodePrepareResourcesRequest(
-            claims=[pb.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
-                             name=c["metadata"]["name"]) for c in claims])
-        return stub.NodePrepareResources(request, timeout=30)
+    def prepare(self, claims: list[dict], version: str = "v1.DRAPlugin") -> pb.NodePrepareResourcesResponse:
+        return self._call("NodePrepareResources", pb.NodePrepareResourcesRequest, claims, version)
 
-    def unprepare(self, claims: list[dict], version: str = "v1.DRAPlugin"):
-        pb, stub = self._dra(version)
-        request = pb.NodeUnprepareResourcesRequest(
-            claims=[pb.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"],
-                             name=c["metadata"]["name"]) for c in claims])
-        return stub.NodeUnprepareResources(request, timeout=30)
+    def unprepare(self, claims: list[dict], version: str = "v1.DRAPlugin") -> pb.NodeUnprepareResourcesResponse:
+        return self._call("NodeUnprepareResources", pb.NodeUnprepareResourcesRequest, claims, version)
 
     def close(self) -> None:
         for channel in self.channels:

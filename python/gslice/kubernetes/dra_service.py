@@ -1,10 +1,12 @@
-"""k8s.io.kubelet.pkg.apis.dra.{v1,v1beta1}.DRAPlugin: a thin adapter from
-kubelet's calls to the Driver. Each claim gets its own answer; a failure is
+"""k8s.io.kubelet.pkg.apis.dra.{v1,v1beta1}.DRAPlugin (one servicer for both:
+their messages are the same): a thin adapter from kubelet's calls to the Driver. Each claim gets its own answer; a failure is
 reported in that claim's `error` (kubelet puts it in the pod's events) and
 never fails the other claims of the call."""
 from __future__ import annotations
 
 import logging
+
+from gslice.kubelet import dra_v1_pb2 as pb
 
 from .driver import Driver, PrepareError, UnprepareError
 
@@ -12,14 +14,11 @@ log = logging.getLogger("gslice.dra")
 
 
 class DraService:
-    """Serves one API version; `pb` is its generated message module."""
-
-    def __init__(self, driver: Driver, pb):
+    def __init__(self, driver: Driver):
         self.driver = driver
-        self.pb = pb
 
     def NodePrepareResources(self, request, context):
-        reply = self.pb.NodePrepareResourcesResponse()
+        reply = pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             answer = reply.claims[claim.uid]
             try:
@@ -35,12 +34,12 @@ class DraService:
             for device in devices:
                 entry = answer.devices.add(request_names=device.request_names, pool_name=device.pool_name,
                                            device_name=device.device_name, cdi_device_ids=device.cdi_device_ids)
-                if device.share_id and "share_id" in entry.DESCRIPTOR.fields_by_name:
+                if device.share_id:
                     entry.share_id = device.share_id
         return reply
 
     def NodeUnprepareResources(self, request, context):
-        reply = self.pb.NodeUnprepareResourcesResponse()
+        reply = pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             answer = reply.claims[claim.uid]
             try:

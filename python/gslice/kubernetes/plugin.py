@@ -12,8 +12,7 @@ from pathlib import Path
 
 import grpc
 
-from gslice.kubelet import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
-                            pluginregistration_v1_pb2_grpc)
+from gslice.kubelet import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc, pluginregistration_v1_pb2_grpc
 
 from .config import PluginConfig
 from .dra_service import DraService
@@ -43,8 +42,10 @@ class KubeletPlugin:
     def start(self) -> "KubeletPlugin":
         # The DRA socket first: kubelet connects to it as soon as GetInfo names it.
         dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraService(self.driver, dra_v1_pb2), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraService(self.driver, dra_v1beta1_pb2), dra)
+        # v1 and v1beta1 (same messages): kubelet picks one from GetInfo's versions.
+        service = DraService(self.driver)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(service, dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(service, dra)
         _bind(dra, self.config.dra_socket)
         dra.start()
         self._servers.append(dra)
