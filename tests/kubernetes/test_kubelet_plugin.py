@@ -111,7 +111,8 @@ def test_prepare_recreates_spec_lost_with_tmpfs(node):
     assert node.kubelet.unprepare([claim]).claims[uid].error == ""
 
 
-@pytest.mark.parametrize("case", ["over 100%", "bad limit", "forged priority", "not allocated", "other uid"])
+@pytest.mark.parametrize("case", ["over 100%", "bad limit", "forged priority", "not allocated", "other uid",
+                                  "unknown device"])
 def test_refused_claim_leaves_nothing(node, case):
     node.kubelet.register()
     claim_config = None
@@ -122,7 +123,8 @@ def test_refused_claim_leaves_nothing(node, case):
         claim_config = {"apiVersion": "gslice.dev/v1alpha1", "kind": "GroupConfig", "limit": "20%"}
     if case == "forged priority":
         claim_config = {"apiVersion": "gslice.dev/v1alpha1", "kind": "GroupConfig", "priority": "high"}
-    claim = node.cluster.allocate_claim("big", NODE, "gpu-0", compute="300", memory="4Gi",
+    device = "gpu-7" if case == "unknown device" else "gpu-0"
+    claim = node.cluster.allocate_claim("big", NODE, device, compute="300", memory="4Gi",
                                         claim_config=claim_config)
     uid = claim["metadata"]["uid"]
     if case == "not allocated":
@@ -135,7 +137,7 @@ def test_refused_claim_leaves_nothing(node, case):
     error = reply.claims[uid].error
     expected = {"over 100%": "refused group", "bad limit": "limit 20% is below",
                 "forged priority": "priority comes from the DeviceClass", "not allocated": "not allocated",
-                "other uid": "deleted and re-created"}[case]
+                "other uid": "deleted and re-created", "unknown device": "is tokend running for that GPU?"}[case]
     assert expected in error, error
     assert list(reply.claims[uid].devices) == []
     assert _leftovers(node, uid) == []

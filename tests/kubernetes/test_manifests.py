@@ -49,3 +49,14 @@ def test_strict_validation_catches_an_unknown_field():
     broken = {**doc, "spec": {**doc["spec"], "priority": "high"}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, "1.36.0", strict=True)
+
+
+def test_memory_capacity_is_a_whole_number_of_steps():
+    from gslice.kubernetes.resource_slices import MEMORY_STEP, device_entry
+    from kubernetes.utils.quantity import parse_quantity
+    gpu = GpuTokend(index=0, uuid="GPU-a", product_name="NVIDIA H100 80GB HBM3", memory_total=85520809984,
+                    admin_socket=Path("/a"), client_socket=Path("/c/client.sock"))
+    memory = device_entry(gpu, 512 * 1024**2)["capacity"]["memory"]
+    value = int(parse_quantity(memory["value"]))
+    assert value % MEMORY_STEP == 0 and 85520809984 - 512 * 1024**2 - MEMORY_STEP < value <= 85520809984 - 512 * 1024**2
+    assert memory["requestPolicy"]["default"] == memory["value"]

@@ -33,6 +33,10 @@ class PlanError(ValueError):
     (kubelet puts it in the pod's events)."""
 
 
+class UnknownDevice(PlanError):
+    """The allocated device is not served by a tokend this plugin knows (yet)."""
+
+
 @dataclass(frozen=True)
 class ClaimPlan:
     uid: str
@@ -95,7 +99,7 @@ def plan_claim(claim: dict, uid: str, driver: str, node: str, gpus: dict[str, Gp
     result = ours[0]
     gpu = gpus.get(result.get("device"))
     if gpu is None:
-        raise PlanError(f"claim {ref} was allocated device {result.get('device')!r} of pool {node}, which this "
+        raise UnknownDevice(f"claim {ref} was allocated device {result.get('device')!r} of pool {node}, which this "
                         f"node's tokends do not serve now (serving: {', '.join(sorted(gpus)) or 'none'}); "
                         "is tokend running for that GPU?")
     consumed = result.get("consumedCapacity") or {}

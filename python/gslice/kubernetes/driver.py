@@ -22,7 +22,7 @@ from gslice.errors import AlreadyExists, GsliceError, NotFound
 from . import cdi, resource_slices, tokends
 from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry
 from .claim_plan import (LABEL_CLAIM, LABEL_CLAIM_UID, LABEL_MANAGED_BY, MANAGED_BY, ClaimPlan, PlanError,
-                         group_name, plan_claim)
+                         UnknownDevice, group_name, plan_claim)
 from .cluster_api import ApiUnavailable, ClusterApi
 from .config import PluginConfig
 from .tokends import GpuTokend
@@ -132,15 +132,14 @@ class Driver:
             return _devices_of(entry)
 
     def _plan(self, claim: dict, uid: str) -> ClaimPlan | None:
-        for attempt in range(2):
+        try:
             try:
                 return plan_claim(claim, uid, self.config.driver_name, self.config.node_name, self._gpus)
-            except PlanError as exc:
-                if attempt == 0 and "do not serve now" in str(exc):
-                    self.refresh_gpus()  # a tokend may have started since the last look
-                    continue
-                raise PrepareError(str(exc)) from None
-        return None
+            except UnknownDevice:
+                self.refresh_gpus()  # a tokend may have started since the last look
+                return plan_claim(claim, uid, self.config.driver_name, self.config.node_name, self._gpus)
+        except PlanError as exc:
+            raise PrepareError(str(exc)) from None
 
     def _converge_group(self, plan: ClaimPlan) -> tuple[str, bool]:
         """The group's secret, and whether this call created the group."""

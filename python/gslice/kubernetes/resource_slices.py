@@ -28,8 +28,9 @@ def _mebibytes(value: int) -> str:
 
 
 def device_entry(gpu: GpuTokend, memory_reserve: int) -> dict:
+    # A whole number of steps, so that the default (all of it) is a valid request.
     memory = max(0, gpu.memory_total - memory_reserve)
-    memory = memory - memory % MiB
+    memory = memory - memory % MEMORY_STEP
     return {
         "name": gpu.device_name,
         "allowMultipleAllocations": True,
