@@ -46,6 +46,10 @@ class FakeApiServer(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlparse(self.path)
         self.seen.append(("GET", url.path, parse_qs(url.query)))
+        if url.path.startswith("/api/v1/nodes/"):
+            name = url.path.rsplit("/", 1)[1]
+            return self._reply(200, {"kind": "Node", "apiVersion": "v1",
+                                     "metadata": {"name": name, "uid": f"uid-of-{name}"}})
         parts = url.path[len(BASE):].strip("/").split("/")
         if parts[:1] == ["namespaces"] and parts[2] == "resourceclaims":
             claim = self.claims.get((parts[1], parts[3]))
@@ -107,6 +111,8 @@ def test_slice_is_created_then_replaced_when_gpus_change(api):
     [(method, path, body)] = [s for s in FakeApiServer.seen if s[0] != "GET"]
     assert (method, path) == ("POST", f"{BASE}/resourceslices")
     assert body["spec"]["devices"][0]["capacity"]["memory"]["value"] == "16384Mi"
+    assert body["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
+                                                    "uid": "uid-of-node-a", "controller": True}]
     listing = next(s for s in FakeApiServer.seen if s[0] == "GET")
     assert listing[2]["fieldSelector"] == ["spec.driver=gslice.dev,spec.nodeName=node-a"]
 
@@ -118,6 +124,7 @@ def test_slice_is_created_then_replaced_when_gpus_change(api):
     [(method, path, body)] = [s for s in FakeApiServer.seen if s[0] != "GET"]
     assert (method, path) == ("PUT", f"{BASE}/resourceslices/node-a-gslice.dev")
     assert body["spec"]["pool"]["generation"] == 2
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-of-node-a"
 
     resource_slices.publish(api, "gslice.dev", "node-a", [], 0)
     assert FakeApiServer.slices == {}

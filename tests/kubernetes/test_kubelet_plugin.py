@@ -41,6 +41,8 @@ def test_registration_and_slice(node):
 
     [published] = node.cluster.list_slices("gslice.dev", NODE)
     spec = published["spec"]
+    [owner] = published["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", NODE, node.cluster.nodes[NODE])
     assert spec["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
     [device] = spec["devices"]
     assert device["name"] == "gpu-0" and device["allowMultipleAllocations"] is True

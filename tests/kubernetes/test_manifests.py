@@ -41,7 +41,8 @@ def test_published_resource_slice_validates_strictly(version):
     gpus = [GpuTokend(index=i, uuid=f"GPU-0000000{i}-1111-2222-3333-444444444444", product_name="NVIDIA H100 80GB HBM3",
                       memory_total=80 * 1024**3, admin_socket=Path(f"/run/gslice/gpu{i}/admin.sock"),
                       client_socket=Path(f"/run/gslice/gpu{i}/client/client.sock")) for i in range(2)]
-    kubernetes_validate.validate(build_slice("gslice.dev", "node-a", gpus, 512 * 1024**2, 1), version, strict=True)
+    kubernetes_validate.validate(build_slice("gslice.dev", "node-a", gpus, 512 * 1024**2, 1,
+                                                 node_uid="7d1f3c2e-5b8a-4f6e-9c0d-1a2b3c4d5e6f"), version, strict=True)
 
 
 def test_strict_validation_catches_an_unknown_field():

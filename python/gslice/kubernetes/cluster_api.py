@@ -18,6 +18,9 @@ class ClusterApi(Protocol):
     def read_claim(self, namespace: str, name: str) -> dict | None:
         """The ResourceClaim, or None when it does not exist."""
 
+    def node_uid(self, node: str) -> str | None:
+        """The Node's UID (the slice's owner: deleting the Node deletes the slice)."""
+
     def list_slices(self, driver: str, node: str) -> list[dict]:
         """This driver's ResourceSlices for `node`."""
 
@@ -41,6 +44,7 @@ class KubernetesApi:
             api_client = client.ApiClient()
         self._client = api_client
         self._resource = client.ResourceV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
 
     def _call(self, method, *args, missing_ok: bool = False, **kwargs):
         from kubernetes.client.exceptions import ApiException
@@ -57,6 +61,10 @@ class KubernetesApi:
 
     def read_claim(self, namespace: str, name: str) -> dict | None:
         return self._call(self._resource.read_namespaced_resource_claim, name, namespace, missing_ok=True)
+
+    def node_uid(self, node: str) -> str | None:
+        reply = self._call(self._core.read_node, node, missing_ok=True)
+        return None if reply is None else reply["metadata"]["uid"]
 
     def list_slices(self, driver: str, node: str) -> list[dict]:
         reply = self._call(self._resource.list_resource_slice,

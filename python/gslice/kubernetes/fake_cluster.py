@@ -16,6 +16,7 @@ class InMemoryCluster:
         self._lock = threading.Lock()
         self.claims: dict[tuple[str, str], dict] = {}
         self.slices: dict[str, dict] = {}
+        self.nodes: dict[str, str] = {}  # name -> uid; unknown names get one on first look
         self.unavailable = False  # True: every call raises ApiUnavailable
         self._version = 0
 
@@ -71,6 +72,11 @@ class InMemoryCluster:
         with self._lock:
             claim = self.claims.get((namespace, name))
             return copy.deepcopy(claim) if claim is not None else None
+
+    def node_uid(self, node: str) -> str | None:
+        self._check()
+        with self._lock:
+            return self.nodes.setdefault(node, str(uuid.uuid4()))
 
     def list_slices(self, driver: str, node: str) -> list[dict]:
         self._check()

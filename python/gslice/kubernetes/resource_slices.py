@@ -55,11 +55,17 @@ def slice_name(driver: str, node: str) -> str:
     return re.sub(r"[^a-z0-9.-]", "-", f"{node}-{driver}".lower())[:253].strip("-.")
 
 
-def build_slice(driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int, generation: int) -> dict:
+def build_slice(driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int, generation: int,
+                node_uid: str | None = None) -> dict:
+    metadata = {"name": slice_name(driver, node)}
+    if node_uid:
+        # Owned by the Node: deleting the Node deletes its slice.
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
+                                        "controller": True}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": slice_name(driver, node)},
+        "metadata": metadata,
         "spec": {
             "driver": driver,
             "nodeName": node,
@@ -85,13 +91,13 @@ def publish(api: ClusterApi, driver: str, node: str, gpus: list[GpuTokend], memo
         return None
     devices = [device_entry(gpu, memory_reserve) for gpu in gpus]
     if current is None:
-        body = build_slice(driver, node, gpus, memory_reserve, generation=1)
+        body = build_slice(driver, node, gpus, memory_reserve, generation=1, node_uid=api.node_uid(node))
         log.info("publishing ResourceSlice %s with %d GPU(s)", name, len(gpus))
         return api.create_slice(body)
     if current["spec"].get("devices") == devices:
         return current
     generation = int(current["spec"]["pool"].get("generation", 0)) + 1
     body = build_slice(driver, node, gpus, memory_reserve, generation)
-    body["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
+    body["metadata"] = {**current["metadata"], "name": name}  # keeps owner and resourceVersion
     log.info("updating ResourceSlice %s: %d GPU(s), pool generation %d", name, len(gpus), generation)
     return api.replace_slice(name, body)
