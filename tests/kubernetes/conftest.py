@@ -25,10 +25,10 @@ GPU_MEMORY = 16 * 1024**3
 
 
 class Node:
-    def __init__(self, tmp_path: Path, cdi_dir: Path | None = None):
+    def __init__(self, tmp_path: Path, cdi_dir: Path | None = None, own_client_dir: bool = True):
         # Unix socket paths are limited to 108 bytes: a short root.
         self.root = Path(tempfile.mkdtemp(prefix="gsdra-", dir="/tmp"))
-        self.tokend = TokendProcess(tmp_path, gpu="sim", own_client_dir=True, fake_gpu_memory=GPU_MEMORY,
+        self.tokend = TokendProcess(tmp_path, gpu="sim", own_client_dir=own_client_dir, fake_gpu_memory=GPU_MEMORY,
                                     log_level="info")
         self.cluster = InMemoryCluster()
         self.config = PluginConfig(

@@ -12,7 +12,7 @@ from gslice.client import Priority
 from gslice.kubernetes.checkpoint import Checkpoint
 
 import cdi_rules
-from conftest import GPU_MEMORY, NODE, wait_for
+from conftest import GPU_MEMORY, NODE, Node, wait_for
 
 GiB = 1024**3
 MiB = 1024**2
@@ -54,6 +54,18 @@ def test_registration_and_slice(node):
     node.plugin.run_once()
     [again] = node.cluster.list_slices("gslice.dev", NODE)
     assert again["spec"]["pool"]["generation"] == 1
+
+
+def test_gpu_whose_client_socket_sits_beside_admin_sock_is_not_offered(tmp_path, caplog):
+    """Mounting that directory into pods would hand them the admin socket."""
+    node = Node(tmp_path, own_client_dir=False)
+    try:
+        node.tokend.start()
+        node.start_plugin()
+        assert node.cluster.list_slices("gslice.dev", NODE) == []
+        assert "Start tokend with --client-socket-dir" in caplog.text
+    finally:
+        node.close()
 
 
 def test_prepare_and_unprepare_twice(node):
