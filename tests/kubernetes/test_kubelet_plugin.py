@@ -38,6 +38,8 @@ def test_registration_and_slice(node):
     assert info.endpoint == str(node.config.dra_socket)
     assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     assert node.plugin.registration.registered.is_set()
+    from gslice.client import health_status
+    assert health_status(info.endpoint) == "SERVING"
 
     [published] = node.cluster.list_slices("gslice.dev", NODE)
     spec = published["spec"]
@@ -215,3 +217,17 @@ def test_gslice_cli_shows_claim_and_pod(node, capsys):
     assert main(["--admin-socket", str(node.tokend.admin_socket), "status"]) == 0
     assert f"for: k8s-{uid}: claim default/web, pod default/web-0" in capsys.readouterr().out
     wait_for(lambda: node.kubelet.unprepare([claim]).claims[uid].error == "", what="unprepare")
+
+
+def test_nvidia_cdi_device_is_answered_beside_ours(node):
+    node.kubelet.register()
+    nvidia_dir = node.config.nvidia_cdi_dirs[0]
+    nvidia_dir.mkdir(parents=True)
+    (nvidia_dir / "nvidia.json").write_text(json.dumps({
+        "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+        "devices": [{"name": node.tokend.gpu_uuid, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]}))
+    claim = node.cluster.allocate_claim("with-nvidia", NODE, "gpu-0", compute="100", memory="1Gi")
+    uid = claim["metadata"]["uid"]
+    [device] = node.kubelet.prepare([claim]).claims[uid].devices
+    assert list(device.cdi_device_ids) == [f"gslice.dev/claim={uid}", f"nvidia.com/gpu={node.tokend.gpu_uuid}"]
+    assert node.kubelet.unprepare([claim]).claims[uid].error == ""

@@ -11,6 +11,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gslice.kubelet import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc, pluginregistration_v1_pb2_grpc
 
@@ -46,6 +47,9 @@ class KubeletPlugin:
         service = DraService(self.driver)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(service, dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(service, dra)
+        # grpc.health.v1 beside it, for whoever watches the plugin's liveness.
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, dra)
         _bind(dra, self.config.dra_socket)
         dra.start()
         self._servers.append(dra)
@@ -54,6 +58,7 @@ class KubeletPlugin:
         _bind(registration, self.config.registration_socket)
         registration.start()
         self._servers.append(registration)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._loop_thread = threading.Thread(target=self._loop, name="gslice-dra-loop", daemon=True)
         self._loop_thread.start()
         log.info("driver %s on node %s: DRA service on %s, registration on %s", self.config.driver_name,
