@@ -12,7 +12,7 @@ from gslice.client import Priority
 from gslice.kubernetes.checkpoint import Checkpoint
 
 import cdi_rules
-from conftest import GPU_MEMORY, NODE, Node, wait_for
+from dra_node import GPU_MEMORY, NODE, Node, wait_for
 
 GiB = 1024**3
 MiB = 1024**2

@@ -16,7 +16,7 @@ import pytest
 
 from gslice.kubernetes.shim_install import install_shim
 
-from conftest import NODE, Node, wait_for
+from dra_node import NODE, Node, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "python" / "gslice" / "lib" / "libgslice.so"
