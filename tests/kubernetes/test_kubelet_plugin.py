@@ -231,3 +231,18 @@ def test_nvidia_cdi_device_is_answered_beside_ours(node):
     [device] = node.kubelet.prepare([claim]).claims[uid].devices
     assert list(device.cdi_device_ids) == [f"gslice.dev/claim={uid}", f"nvidia.com/gpu={node.tokend.gpu_uuid}"]
     assert node.kubelet.unprepare([claim]).claims[uid].error == ""
+
+
+def test_api_server_down_answers_prepared_claims_from_the_checkpoint(node):
+    node.kubelet.register()
+    ready = node.cluster.allocate_claim("ready", NODE, "gpu-0", compute="100", memory="1Gi")
+    fresh = node.cluster.allocate_claim("fresh", NODE, "gpu-0", compute="100", memory="1Gi")
+    ready_uid, fresh_uid = ready["metadata"]["uid"], fresh["metadata"]["uid"]
+    first = node.kubelet.prepare([ready]).claims[ready_uid]
+    node.cluster.unavailable = True
+    reply = node.kubelet.prepare([ready, fresh])
+    assert reply.claims[ready_uid] == first
+    assert "cannot read claim default/fresh: API server unreachable" in reply.claims[fresh_uid].error
+    assert _leftovers(node, fresh_uid) == []
+    node.cluster.unavailable = False
+    assert node.kubelet.unprepare([ready]).claims[ready_uid].error == ""
