@@ -29,7 +29,6 @@ CONTAINER_LIB_DIR = f"{CONTAINER_ROOT}/lib"
 CONTAINER_SOCKET_DIR = f"{CONTAINER_ROOT}/socket"
 CONTAINER_SECRET_FILE = f"{CONTAINER_ROOT}/group-secret"
 SHIM_NAME = "libgslice.so"
-ENV_GROUP_SECRET_FILE = "GSLICE_GROUP_SECRET_FILE"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
 
 # Naming rules of the CDI spec: vendor and class of the kind, device names.
@@ -84,7 +83,7 @@ def build_spec(vendor: str, device: str, edits: ClaimEdits) -> dict:
             f"LD_PRELOAD={CONTAINER_LIB_DIR}/{SHIM_NAME}",
             f"{paths.ENV_SOCKET}={CONTAINER_SOCKET_DIR}/{paths.CLIENT_SOCKET_NAME}",
             f"{paths.ENV_GROUP}={edits.group}",
-            f"{ENV_GROUP_SECRET_FILE}={CONTAINER_SECRET_FILE}",
+            f"{paths.ENV_GROUP_SECRET_FILE}={CONTAINER_SECRET_FILE}",
         ],
         "mounts": [
             {"hostPath": str(edits.shim_lib_dir), "containerPath": CONTAINER_LIB_DIR, "options": MOUNT_OPTIONS},
