@@ -136,3 +136,12 @@ def test_unreachable_server_is_unavailable_not_missing():
     with client.ApiClient(configuration) as api_client:
         with pytest.raises(ApiUnavailable):
             KubernetesApi(api_client).read_claim("team", "c")
+
+
+def test_fields_the_api_server_adds_do_not_cause_rewrites(api):
+    resource_slices.publish(api, "gslice.dev", "node-a", [_gpu(16)], 0)
+    [stored] = FakeApiServer.slices.values()
+    stored["spec"]["devices"][0]["bindsToNode"] = False  # as if defaulted by a newer server
+    FakeApiServer.seen.clear()
+    resource_slices.publish(api, "gslice.dev", "node-a", [_gpu(16)], 0)
+    assert [s for s in FakeApiServer.seen if s[0] != "GET"] == []

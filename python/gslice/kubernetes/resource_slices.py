@@ -75,6 +75,13 @@ def build_slice(driver: str, node: str, gpus: list[GpuTokend], memory_reserve: i
     }
 
 
+def _same_devices(current: list[dict], wanted: list[dict]) -> bool:
+    """Whether the published devices already say what we would write; fields
+    the API server may add on its own are not ours to compare."""
+    return len(current) == len(wanted) and all(
+        all(have.get(key) == value for key, value in want.items()) for have, want in zip(current, wanted))
+
+
 def publish(api: ClusterApi, driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int) -> dict | None:
     """Make the API server's slices for this node say what `gpus` are: one
     slice, replaced only when its devices changed (generation + 1); other
@@ -94,7 +101,7 @@ def publish(api: ClusterApi, driver: str, node: str, gpus: list[GpuTokend], memo
         body = build_slice(driver, node, gpus, memory_reserve, generation=1, node_uid=api.node_uid(node))
         log.info("publishing ResourceSlice %s with %d GPU(s)", name, len(gpus))
         return api.create_slice(body)
-    if current["spec"].get("devices") == devices:
+    if _same_devices(current["spec"].get("devices") or [], devices):
         return current
     generation = int(current["spec"]["pool"].get("generation", 0)) + 1
     body = build_slice(driver, node, gpus, memory_reserve, generation)
