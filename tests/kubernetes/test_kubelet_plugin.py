@@ -246,3 +246,42 @@ def test_api_server_down_answers_prepared_claims_from_the_checkpoint(node):
     assert _leftovers(node, fresh_uid) == []
     node.cluster.unavailable = False
     assert node.kubelet.unprepare([ready]).claims[ready_uid].error == ""
+
+
+def test_failure_after_the_group_was_made_undoes_it(node, monkeypatch):
+    """The CDI spec cannot be written (disk full, read-only /var/run/cdi): the
+    group made a moment before is deleted again, and nothing else stays."""
+    from gslice.kubernetes import cdi
+
+    def disk_full(path, spec):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cdi, "write_spec", disk_full)
+    node.kubelet.register()
+    claim = node.cluster.allocate_claim("full", NODE, "gpu-0", compute="100", memory="1Gi")
+    uid = claim["metadata"]["uid"]
+    error = node.kubelet.prepare([claim]).claims[uid].error
+    assert "No space left on device" in error and "default/full" in error
+    assert _leftovers(node, uid) == []
+
+
+def test_crash_mid_prepare_is_undone_by_the_cleanup(node):
+    """A plugin that died after creating the group (checkpoint still
+    'preparing'): once the claim is gone, the clean-up deletes the group."""
+    from gslice.kubernetes.checkpoint import ClaimEntry
+    node.kubelet.register()
+    claim = node.cluster.allocate_claim("crashed", NODE, "gpu-0", compute="100", memory="1Gi")
+    uid = claim["metadata"]["uid"]
+    Checkpoint(node.config.checkpoint_path).put(ClaimEntry(
+        uid=uid, namespace="default", name="crashed", state="preparing", group=f"k8s-{uid}",
+        admin_socket=str(node.tokend.admin_socket), spec_file=str(node.config.cdi_dir / "none.json"),
+        claim_dir=str(node.config.claims_dir / uid)))
+    with node.tokend.admin() as admin:
+        admin.create_group(f"k8s-{uid}", request="10%", memory="1GiB",
+                           labels={"gslice.dev/claim-uid": uid, "gslice.dev/managed-by": "gslice-dra"})
+    node.plugin.run_once()
+    assert f"k8s-{uid}" in node.groups(), "the claim still exists: kubelet will prepare it again"
+    assert node.kubelet.prepare([claim]).claims[uid].error == ""  # converges the half-made group
+    assert node.groups()[f"k8s-{uid}"].labels["gslice.dev/claim-uid"] == uid
+    node.cluster.delete_claim("crashed")
+    node.plugin.run_once()
+    assert _leftovers(node, uid) == []
