@@ -21,14 +21,26 @@ EDITS = cdi.ClaimEdits(shim_lib_dir=Path("/opt/gslice/0.1.0/lib"), client_socket
     ("d7b4dec0-018d-49bb-844f-c601b80de035", "0.3.0"),
 ])
 def test_spec_validates_with_the_lowest_version(device, version):
-    spec = cdi.build_spec("gslice.dev", device, EDITS)
+    spec = cdi.build_spec("gslice.dev", {device: EDITS})
     assert spec["cdiVersion"] == version
     assert cdi_rules.problems(spec) == []
-    assert cdi.device_id(spec) == f"gslice.dev/claim={device}"
+    assert cdi.device_ids(spec) == {device: f"gslice.dev/claim={device}"}
+
+
+def test_a_claim_with_two_devices_is_one_spec_with_two_devices():
+    other = cdi.ClaimEdits(shim_lib_dir=EDITS.shim_lib_dir, client_socket_dir=Path("/run/gslice/gpu1/client"),
+                           secret_file=Path("/var/lib/gslice-dra/claims/x/group-secret-1"), group="k8s-x-1")
+    spec = cdi.build_spec("gslice.dev", {"x-0": EDITS, "x-1": other})
+    assert cdi_rules.problems(spec) == []
+    assert cdi.device_ids(spec) == {"x-0": "gslice.dev/claim=x-0", "x-1": "gslice.dev/claim=x-1"}
+    second = spec["devices"][1]["containerEdits"]
+    assert "GSLICE_GROUP=k8s-x-1" in second["env"]
+    assert {m["hostPath"] for m in second["mounts"]} >= {"/run/gslice/gpu1/client",
+                                                         "/var/lib/gslice-dra/claims/x/group-secret-1"}
 
 
 def test_the_checker_catches_broken_specs():
-    spec = cdi.build_spec("gslice.dev", "0abc", EDITS)
+    spec = cdi.build_spec("gslice.dev", {"0abc": EDITS})
     assert cdi_rules.problems({**spec, "cdiVersion": "0.3.0"})  # digit-first name needs 0.5.0
     assert cdi_rules.problems({**spec, "cdiVersion": "0.6.0"})  # newer than podman 4.3 reads
     assert cdi_rules.problems({**spec, "kind": "gslice.dev"})
@@ -38,7 +50,7 @@ def test_the_checker_catches_broken_specs():
 
 
 def test_mount_type_and_annotations_raise_or_need_versions():
-    spec = cdi.build_spec("gslice.dev", "abc", EDITS)
+    spec = cdi.build_spec("gslice.dev", {"abc": EDITS})
     spec["devices"][0]["containerEdits"]["mounts"][0]["type"] = "bind"
     assert cdi.required_version(spec) == "0.4.0"
     spec["devices"][0]["annotations"] = {"a": "b"}
@@ -54,7 +66,7 @@ def test_bad_names_are_refused(kind, device):
 
 
 def test_spec_carries_the_secret_as_a_file_never_a_value():
-    spec = cdi.build_spec("gslice.dev", "abc", EDITS)
+    spec = cdi.build_spec("gslice.dev", {"abc": EDITS})
     env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
     assert env == {"LD_PRELOAD": "/run/gslice/lib/libgslice.so", "GSLICE_SOCKET": "/run/gslice/socket/client.sock",
                    "GSLICE_GROUP": "k8s-x", "GSLICE_GROUP_SECRET_FILE": "/run/gslice/group-secret"}
@@ -66,7 +78,7 @@ def test_spec_carries_the_secret_as_a_file_never_a_value():
 
 def test_write_is_atomic_and_leaves_no_temporary(tmp_path, monkeypatch):
     path = cdi.spec_path(tmp_path, "gslice.dev", "abc")
-    spec = cdi.build_spec("gslice.dev", "abc", EDITS)
+    spec = cdi.build_spec("gslice.dev", {"abc": EDITS})
     cdi.write_spec(path, spec)
     assert json.loads(path.read_text()) == spec and os.listdir(tmp_path) == [path.name]
     assert cdi.our_spec_files(tmp_path, "gslice.dev") == {"abc": path}

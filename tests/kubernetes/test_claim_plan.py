@@ -18,7 +18,10 @@ CONFIG = {"apiVersion": "gslice.dev/v1alpha1", "kind": "GroupConfig"}
 
 
 def _plan(claim):
-    return plan_claim(claim, claim["metadata"]["uid"], "gslice.dev", "node-a", GPUS)
+    """The claim's only plan (None when none is ours)."""
+    plans = plan_claim(claim, claim["metadata"]["uid"], "gslice.dev", "node-a", GPUS)
+    assert len(plans) <= 1
+    return plans[0] if plans else None
 
 
 def test_consumed_capacity_and_configs_become_the_group():
@@ -44,17 +47,22 @@ def test_without_consumed_capacity_the_group_gets_the_whole_gpu():
 
 def test_other_nodes_and_drivers_are_not_ours():
     claim = InMemoryCluster().allocate_claim("c", "node-b", "gpu-0")
-    assert plan_claim(claim, claim["metadata"]["uid"], "gslice.dev", "node-a", GPUS) is None
+    assert plan_claim(claim, claim["metadata"]["uid"], "gslice.dev", "node-a", GPUS) == []
     claim = InMemoryCluster().allocate_claim("c", "node-a", "gpu-0", driver="other.example.com")
     assert _plan(claim) is None
 
 
-def test_two_gslice_devices_in_one_claim_are_refused():
-    claim = InMemoryCluster().allocate_claim("c", "node-a", "gpu-0")
+def test_each_gslice_device_of_a_claim_gets_its_own_group():
+    claim = InMemoryCluster().allocate_claim("c", "node-a", "gpu-0", compute="200", memory="1Gi",
+                                             claim_config={**CONFIG, "limit": "50%"})
     results = claim["status"]["allocation"]["devices"]["results"]
-    results.append({**results[0], "request": "second"})
-    with pytest.raises(PlanError, match="one gslice group only"):
-        _plan(claim)
+    results.append({**results[0], "request": "second", "consumedCapacity": {"compute": "400", "memory": "2Gi"}})
+    uid = claim["metadata"]["uid"]
+    first, second = plan_claim(claim, uid, "gslice.dev", "node-a", GPUS)
+    assert (first.group, first.cdi_name, first.request, first.limit) == (f"k8s-{uid}-0", f"{uid}-0", 0.2, 0.5)
+    # the claim config names request "gpu" only: "second" keeps limit = request
+    assert (second.group, second.cdi_name, second.request, second.limit) == (f"k8s-{uid}-1", f"{uid}-1", 0.4, 0.4)
+    assert second.labels["gslice.dev/request"] == "second"
 
 
 @pytest.mark.parametrize("config,message", [

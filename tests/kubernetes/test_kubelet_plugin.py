@@ -267,13 +267,14 @@ def test_failure_after_the_group_was_made_undoes_it(node, monkeypatch):
 def test_crash_mid_prepare_is_undone_by_the_cleanup(node):
     """A plugin that died after creating the group (checkpoint still
     'preparing'): once the claim is gone, the clean-up deletes the group."""
-    from gslice.kubernetes.checkpoint import ClaimEntry
+    from gslice.kubernetes.checkpoint import ClaimEntry, DeviceEntry
     node.kubelet.register()
     claim = node.cluster.allocate_claim("crashed", NODE, "gpu-0", compute="100", memory="1Gi")
     uid = claim["metadata"]["uid"]
     Checkpoint(node.config.checkpoint_path).put(ClaimEntry(
-        uid=uid, namespace="default", name="crashed", state="preparing", group=f"k8s-{uid}",
-        admin_socket=str(node.tokend.admin_socket), spec_file=str(node.config.cdi_dir / "none.json"),
+        uid=uid, namespace="default", name="crashed", state="preparing",
+        devices=[DeviceEntry(group=f"k8s-{uid}", admin_socket=str(node.tokend.admin_socket))],
+        spec_file=str(node.config.cdi_dir / "none.json"),
         claim_dir=str(node.config.claims_dir / uid)))
     with node.tokend.admin() as admin:
         admin.create_group(f"k8s-{uid}", request="10%", memory="1GiB",
@@ -285,3 +286,45 @@ def test_crash_mid_prepare_is_undone_by_the_cleanup(node):
     node.cluster.delete_claim("crashed")
     node.plugin.run_once()
     assert _leftovers(node, uid) == []
+
+
+def test_claim_with_two_requests_gets_a_group_and_cdi_device_each(node):
+    """E.g. two containers of a pod on the same GPU (constraints: matchAttribute
+    gslice.dev/uuid), each naming its request: separate shares, one claim."""
+    node.kubelet.register()
+    claim = node.cluster.allocate_claim("pair", NODE, "gpu-0", compute="200", memory="1Gi", request="reader")
+    stored = node.cluster.claims[("default", "pair")]
+    [first] = stored["status"]["allocation"]["devices"]["results"]
+    stored["status"]["allocation"]["devices"]["results"].append(
+        {**first, "request": "writer", "shareID": "b7f0c1d2-0000-4000-8000-000000000002",
+         "consumedCapacity": {"compute": "500", "memory": "2Gi"}})
+    uid = claim["metadata"]["uid"]
+    for _ in range(2):
+        result = node.kubelet.prepare([claim]).claims[uid]
+        assert result.error == ""
+        assert [(list(d.request_names), list(d.cdi_device_ids)) for d in result.devices] == [
+            (["reader"], [f"gslice.dev/claim={uid}-0"]), (["writer"], [f"gslice.dev/claim={uid}-1"])]
+    groups = node.groups()
+    assert groups[f"k8s-{uid}-0"].request == pytest.approx(0.2) and groups[f"k8s-{uid}-0"].memory_quota == GiB
+    assert groups[f"k8s-{uid}-1"].request == pytest.approx(0.5) and groups[f"k8s-{uid}-1"].memory_quota == 2 * GiB
+    [spec_file] = node.config.cdi_dir.glob("*.json")
+    spec = json.loads(spec_file.read_text())
+    assert cdi_rules.problems(spec) == [] and [d["name"] for d in spec["devices"]] == [f"{uid}-0", f"{uid}-1"]
+    assert node.kubelet.unprepare([claim]).claims[uid].error == ""
+    assert [g for g in node.groups() if uid in g] == []
+    assert _leftovers(node, uid) == []
+
+
+def test_refused_second_group_takes_the_first_back(node):
+    node.kubelet.register()
+    with node.tokend.admin() as admin:
+        admin.create_group("by-hand", request="50%", memory="1GiB")
+    claim = node.cluster.allocate_claim("pair", NODE, "gpu-0", compute="200", memory="1Gi", request="a")
+    stored = node.cluster.claims[("default", "pair")]
+    [first] = stored["status"]["allocation"]["devices"]["results"]
+    stored["status"]["allocation"]["devices"]["results"].append(
+        {**first, "request": "b", "consumedCapacity": {"compute": "400", "memory": "1Gi"}})
+    uid = claim["metadata"]["uid"]
+    error = node.kubelet.prepare([claim]).claims[uid].error
+    assert f"refused group k8s-{uid}-1" in error, error
+    assert _leftovers(node, uid) == [] and [g for g in node.groups() if uid in g] == []

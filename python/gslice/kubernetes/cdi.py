@@ -75,10 +75,8 @@ class ClaimEdits:
     group: str
 
 
-def build_spec(vendor: str, device: str, edits: ClaimEdits) -> dict:
-    kind = f"{vendor}/{CLASS}"
-    check_names(kind, device)
-    container_edits = {
+def _container_edits(edits: ClaimEdits) -> dict:
+    return {
         "env": [
             f"LD_PRELOAD={CONTAINER_LIB_DIR}/{SHIM_NAME}",
             f"{paths.ENV_SOCKET}={CONTAINER_SOCKET_DIR}/{paths.CLIENT_SOCKET_NAME}",
@@ -93,13 +91,22 @@ def build_spec(vendor: str, device: str, edits: ClaimEdits) -> dict:
             {"hostPath": str(edits.secret_file), "containerPath": CONTAINER_SECRET_FILE, "options": MOUNT_OPTIONS},
         ],
     }
-    spec = {"cdiVersion": "", "kind": kind, "devices": [{"name": device, "containerEdits": container_edits}]}
+
+
+def build_spec(vendor: str, devices: dict[str, ClaimEdits]) -> dict:
+    """One spec (one file) for a claim: a CDI device per gslice device of the claim."""
+    kind = f"{vendor}/{CLASS}"
+    for name in devices:
+        check_names(kind, name)
+    spec = {"cdiVersion": "", "kind": kind,
+            "devices": [{"name": name, "containerEdits": _container_edits(edits)} for name, edits in devices.items()]}
     spec["cdiVersion"] = required_version(spec)
     return spec
 
 
-def device_id(spec: dict) -> str:
-    return f"{spec['kind']}={spec['devices'][0]['name']}"
+def device_ids(spec: dict) -> dict[str, str]:
+    """device name -> fully qualified CDI device ID (vendor/class=name)."""
+    return {d["name"]: f"{spec['kind']}={d['name']}" for d in spec["devices"]}
 
 
 def spec_path(cdi_dir: Path, vendor: str, device: str) -> Path:

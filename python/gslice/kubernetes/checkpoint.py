@@ -22,26 +22,34 @@ class CheckpointError(Exception):
 
 
 @dataclass
-class ClaimEntry:
-    uid: str
-    namespace: str
-    name: str
-    state: str
-    group: str = ""
-    admin_socket: str = ""
+class DeviceEntry:
+    """One gslice device of a claim: its group on one GPU's tokend."""
+    group: str
+    admin_socket: str
     gpu_uuid: str = ""
     pool: str = ""
     device: str = ""
     request_names: list[str] = field(default_factory=list)
     share_id: str | None = None
     cdi_device_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClaimEntry:
+    uid: str
+    namespace: str
+    name: str
+    state: str
+    devices: list[DeviceEntry] = field(default_factory=list)
     spec_file: str = ""
     claim_dir: str = ""
 
     @classmethod
     def from_json(cls, data: dict) -> "ClaimEntry":
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        entry = cls(**{k: v for k, v in data.items() if k in known})
+        entry.devices = [DeviceEntry(**d) for d in data.get("devices") or []]
+        return entry
 
 
 class Checkpoint:

@@ -2,7 +2,8 @@
 
 The scheduler wrote, in status.allocation.devices, one result per allocated
 device (driver, pool, device, shareID, consumedCapacity) and the configs that
-apply (class first, claim after). For gslice this becomes one tokend group:
+apply (class first, claim after). Each gslice result becomes one tokend group
+(and one CDI device: a container that names the request gets that group):
 
   request = consumed compute / 1000     memory quota = consumed memory
   limit   = config limit, else request  priority     = the DeviceClass's config
@@ -39,6 +40,9 @@ class UnknownDevice(PlanError):
 
 @dataclass(frozen=True)
 class ClaimPlan:
+    """One allocated gslice device of a claim: its group and CDI device.
+    `suffix` is "" for a claim's only gslice device, "-<n>" when it has several."""
+    suffix: str
     uid: str
     namespace: str
     name: str
@@ -58,9 +62,13 @@ class ClaimPlan:
     def claim_ref(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def cdi_name(self) -> str:
+        return self.uid + self.suffix
 
-def group_name(uid: str) -> str:
-    return GROUP_PREFIX + uid
+
+def group_name(uid: str, suffix: str = "") -> str:
+    return GROUP_PREFIX + uid + suffix
 
 
 def parse_quantity(value) -> Decimal:
@@ -78,9 +86,9 @@ def _pods(claim: dict) -> str:
     return ",".join(names)[:500]
 
 
-def plan_claim(claim: dict, uid: str, driver: str, node: str, gpus: dict[str, GpuTokend]) -> ClaimPlan | None:
-    """The group for this claim on this node; None when none of its devices
-    is ours here. Raises PlanError for what the user must fix."""
+def plan_claim(claim: dict, uid: str, driver: str, node: str, gpus: dict[str, GpuTokend]) -> list[ClaimPlan]:
+    """The groups for this claim on this node, one per gslice device allocated
+    here (none: not ours). Raises PlanError for what the user must fix."""
     meta = claim.get("metadata") or {}
     ref = f"{meta.get('namespace')}/{meta.get('name')}"
     if meta.get("uid") != uid:
@@ -91,42 +99,48 @@ def plan_claim(claim: dict, uid: str, driver: str, node: str, gpus: dict[str, Gp
         raise PlanError(f"claim {ref} is not allocated yet (status.allocation is empty)")
     devices = allocation.get("devices") or {}
     ours = [r for r in devices.get("results") or [] if r.get("driver") == driver and r.get("pool") == node]
-    if not ours:
-        return None
-    if len(ours) > 1:
-        raise PlanError(f"claim {ref} has {len(ours)} gslice devices ({', '.join(r['device'] for r in ours)}); "
-                        "a container can be in one gslice group only: use one request of count 1 per claim")
-    result = ours[0]
+    configs = devices.get("config") or []
+    pods = _pods(claim)
+    plans = []
+    for index, result in enumerate(ours):
+        suffix = "" if len(ours) == 1 else f"-{index}"
+        plans.append(_plan_result(claim, uid, ref, result, suffix, configs, driver, node, gpus, pods))
+    return plans
+
+
+def _plan_result(claim: dict, uid: str, ref: str, result: dict, suffix: str, configs: list, driver: str, node: str,
+                 gpus: dict[str, GpuTokend], pods: str) -> ClaimPlan:
+    meta = claim["metadata"]
+    request_name = result.get("request", "")
+    where = f"claim {ref}" + (f" request {request_name}" if suffix else "")
     gpu = gpus.get(result.get("device"))
     if gpu is None:
-        raise UnknownDevice(f"claim {ref} was allocated device {result.get('device')!r} of pool {node}, which this "
-                        f"node's tokends do not serve now (serving: {', '.join(sorted(gpus)) or 'none'}); "
-                        "is tokend running for that GPU?")
+        raise UnknownDevice(f"{where} was allocated device {result.get('device')!r} of pool {node}, which this "
+                            f"node's tokends do not serve now (serving: {', '.join(sorted(gpus)) or 'none'}); "
+                            "is tokend running for that GPU?")
     consumed = result.get("consumedCapacity") or {}
     # No consumedCapacity: the device was allocated whole (e.g. the
     # DRAConsumableCapacity feature gate is off): the group gets all of it.
     compute = parse_quantity(consumed.get("compute", COMPUTE_TOTAL))
     if not 0 < compute <= COMPUTE_TOTAL:
-        raise PlanError(f"claim {ref}: compute {consumed.get('compute')} is out of range; "
+        raise PlanError(f"{where}: compute {consumed.get('compute')} is out of range; "
                         f"expected 1..{COMPUTE_TOTAL} (per mille of the GPU)")
     request = float(compute / COMPUTE_TOTAL)
     memory = int(parse_quantity(consumed["memory"])) if "memory" in consumed else gpu.memory_total
     if memory <= 0:
-        raise PlanError(f"claim {ref}: memory {consumed.get('memory')} must be more than 0")
+        raise PlanError(f"{where}: memory {consumed.get('memory')} must be more than 0")
     try:
-        settings = settings_for(devices.get("config") or [], driver, result.get("request", ""))
+        settings = settings_for(configs, driver, request_name)
     except ConfigError as exc:
-        raise PlanError(f"claim {ref}: {exc}") from None
+        raise PlanError(f"{where}: {exc}") from None
     limit = settings.limit if settings.limit is not None else request
     if not request <= limit <= 1:
-        raise PlanError(f"claim {ref}: limit {limit:.0%} is below the claim's compute request {request:.1%}; "
+        raise PlanError(f"{where}: limit {limit:.0%} is below the claim's compute request {request:.1%}; "
                         "expected request <= limit <= 100%")
-    labels = {LABEL_CLAIM: ref, LABEL_CLAIM_UID: uid, LABEL_REQUEST: result.get("request", ""),
-              LABEL_MANAGED_BY: MANAGED_BY}
-    pods = _pods(claim)
+    labels = {LABEL_CLAIM: ref, LABEL_CLAIM_UID: uid, LABEL_REQUEST: request_name, LABEL_MANAGED_BY: MANAGED_BY}
     if pods:
         labels[LABEL_PODS] = pods
-    return ClaimPlan(uid=uid, namespace=meta.get("namespace", ""), name=meta.get("name", ""),
-                     request_name=result.get("request", ""), pool=node, device=result["device"],
-                     share_id=result.get("shareID"), gpu=gpu, group=group_name(uid), request=request,
+    return ClaimPlan(suffix=suffix, uid=uid, namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                     request_name=request_name, pool=node, device=result["device"],
+                     share_id=result.get("shareID"), gpu=gpu, group=group_name(uid, suffix), request=request,
                      limit=limit, memory=memory, priority=settings.priority, labels=labels)

@@ -20,9 +20,9 @@ from pathlib import Path
 from gslice.errors import AlreadyExists, GsliceError, NotFound
 
 from . import cdi, resource_slices, tokends
-from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry
+from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry, DeviceEntry
 from .claim_plan import (LABEL_CLAIM, LABEL_CLAIM_UID, LABEL_MANAGED_BY, MANAGED_BY, ClaimPlan, PlanError,
-                         UnknownDevice, group_name, plan_claim)
+                         UnknownDevice, plan_claim)
 from .cluster_api import ApiUnavailable, ClusterApi
 from .config import PluginConfig
 from .tokends import GpuTokend
@@ -49,10 +49,8 @@ class PreparedDevice:
 
 
 def _devices_of(entry: ClaimEntry) -> list[PreparedDevice]:
-    if not entry.device:
-        return []
-    return [PreparedDevice(list(entry.request_names), entry.pool, entry.device, list(entry.cdi_device_ids),
-                           entry.share_id)]
+    return [PreparedDevice(list(d.request_names), d.pool, d.device, list(d.cdi_device_ids), d.share_id)
+            for d in entry.devices]
 
 
 class Driver:
@@ -90,48 +88,56 @@ class Driver:
                 raise PrepareError(f"cannot read claim {namespace}/{name}: {exc}") from None
             if claim is None:
                 raise PrepareError(f"claim {namespace}/{name} (UID {uid}) does not exist in the API server")
-            plan = self._plan(claim, uid)
-            if plan is None:
+            plans = self._plan(claim, uid)
+            if not plans:
                 return []
-            entry = ClaimEntry(uid=uid, namespace=namespace, name=name, state=PREPARING, group=plan.group,
-                               admin_socket=str(plan.gpu.admin_socket), gpu_uuid=plan.gpu.uuid, pool=plan.pool,
-                               device=plan.device, request_names=[plan.request_name], share_id=plan.share_id,
-                               spec_file=str(cdi.spec_path(self.config.cdi_dir, self.config.driver_name, uid)),
-                               claim_dir=str(self.config.claims_dir / uid))
+            spec_file = cdi.spec_path(self.config.cdi_dir, self.config.driver_name, uid)
+            entry = ClaimEntry(uid=uid, namespace=namespace, name=name, state=PREPARING, spec_file=str(spec_file),
+                               claim_dir=str(self.config.claims_dir / uid),
+                               devices=[DeviceEntry(group=p.group, admin_socket=str(p.gpu.admin_socket),
+                                                    gpu_uuid=p.gpu.uuid, pool=p.pool, device=p.device,
+                                                    request_names=[p.request_name], share_id=p.share_id)
+                                        for p in plans])
             if previous is None or previous.state != PREPARED:
                 self.checkpoint.put(entry)  # before anything exists: a crash from here on is undone by clean-up
             try:
-                secret, _created = self._converge_group(plan)
-                secret_file = self._write_secret(Path(entry.claim_dir), secret)
-                spec = cdi.build_spec(self.config.driver_name, uid, cdi.ClaimEdits(
-                    shim_lib_dir=self.config.shim_lib_dir(), client_socket_dir=plan.gpu.client_socket_dir,
-                    secret_file=secret_file, group=plan.group))
-                cdi.write_spec(Path(entry.spec_file), spec)
-                ids = [cdi.device_id(spec)]
-                nvidia = cdi.nvidia_device_id(self.config.nvidia_cdi_dirs, plan.gpu.uuid)
-                if nvidia:
-                    ids.append(nvidia)
-                entry = replace(entry, state=PREPARED, cdi_device_ids=ids)
+                edits = {}
+                for plan in plans:
+                    secret = self._converge_group(plan)
+                    secret_file = self._write_secret(Path(entry.claim_dir), SECRET_FILE_NAME + plan.suffix, secret)
+                    edits[plan.cdi_name] = cdi.ClaimEdits(
+                        shim_lib_dir=self.config.shim_lib_dir(), client_socket_dir=plan.gpu.client_socket_dir,
+                        secret_file=secret_file, group=plan.group)
+                spec = cdi.build_spec(self.config.driver_name, edits)
+                cdi.write_spec(spec_file, spec)
+                ids = cdi.device_ids(spec)
+                for plan, device in zip(plans, entry.devices):
+                    device.cdi_device_ids = [ids[plan.cdi_name]]
+                    nvidia = cdi.nvidia_device_id(self.config.nvidia_cdi_dirs, plan.gpu.uuid)
+                    if nvidia:
+                        device.cdi_device_ids.append(nvidia)
+                entry = replace(entry, state=PREPARED)
                 self.checkpoint.put(entry)
             except Exception as exc:
                 message = str(exc) if isinstance(exc, PrepareError) else (
-                    f"preparing claim {plan.claim_ref} on GPU {plan.gpu.uuid} failed: {exc}")
+                    f"preparing claim {namespace}/{name} failed: {exc}")
                 if previous is not None and previous.state == PREPARED:
                     log.warning("%s (the claim stays prepared as before)", message)
                 else:
-                    # Deletes the group only if it carries this claim's UID:
-                    # made by this call or by an attempt that crashed.
+                    # Deletes only groups that carry this claim's UID: made
+                    # by this call or by an attempt that crashed.
                     try:
-                        self._undo(entry, delete_group=True)
+                        self._undo(entry)
                     except UnprepareError as undo_exc:
                         message += f"; undoing it failed too, the clean-up retries: {undo_exc}"
                 raise PrepareError(message) from None
-            log.info("prepared claim %s (%s): group %s on GPU %s, request %.3f limit %.3f memory %d priority %s",
-                     plan.claim_ref, uid, plan.group, plan.gpu.uuid, plan.request, plan.limit, plan.memory,
-                     plan.priority.name.lower())
+            for plan in plans:
+                log.info("prepared claim %s (%s): group %s on GPU %s, request %.3f limit %.3f memory %d priority %s",
+                         plan.claim_ref, uid, plan.group, plan.gpu.uuid, plan.request, plan.limit, plan.memory,
+                         plan.priority.name.lower())
             return _devices_of(entry)
 
-    def _plan(self, claim: dict, uid: str) -> ClaimPlan | None:
+    def _plan(self, claim: dict, uid: str) -> list[ClaimPlan]:
         try:
             try:
                 return plan_claim(claim, uid, self.config.driver_name, self.config.node_name, self._gpus)
@@ -141,8 +147,8 @@ class Driver:
         except PlanError as exc:
             raise PrepareError(str(exc)) from None
 
-    def _converge_group(self, plan: ClaimPlan) -> tuple[str, bool]:
-        """The group's secret, and whether this call created the group."""
+    def _converge_group(self, plan: ClaimPlan) -> str:
+        """Creates the group, or brings this claim's existing one to the plan; its secret."""
         settings = (f"request {plan.request:.1%}, limit {plan.limit:.1%}, memory {plan.memory} bytes, "
                     f"priority {plan.priority.name.lower()}")
         try:
@@ -150,7 +156,7 @@ class Driver:
                 try:
                     created = admin.create_group(plan.group, request=plan.request, limit=plan.limit,
                                                  memory=plan.memory, priority=plan.priority, labels=plan.labels)
-                    return created.secret, True
+                    return created.secret
                 except AlreadyExists:
                     pass
                 existing = admin.get_group(plan.group)
@@ -161,7 +167,7 @@ class Driver:
                         plan.request, plan.limit, plan.memory, plan.priority):
                     admin.update_group(plan.group, request=plan.request, limit=plan.limit, memory=plan.memory,
                                        priority=plan.priority)
-                return admin.group_secret(plan.group), False
+                return admin.group_secret(plan.group)
         except PrepareError:
             raise
         except GsliceError as exc:
@@ -169,9 +175,9 @@ class Driver:
                                f"{plan.claim_ref} ({settings}): {exc}") from None
 
     @staticmethod
-    def _write_secret(claim_dir: Path, secret: str) -> Path:
+    def _write_secret(claim_dir: Path, file_name: str, secret: str) -> Path:
         claim_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = claim_dir / SECRET_FILE_NAME
+        path = claim_dir / file_name
         fd, tmp = tempfile.mkstemp(prefix=".secret.", dir=claim_dir)
         try:
             # Readable by any uid in the container (it is mounted read-only
@@ -188,7 +194,7 @@ class Driver:
         return path
 
     def _artifacts_present(self, entry: ClaimEntry) -> bool:
-        return Path(entry.spec_file).exists() and (Path(entry.claim_dir) / SECRET_FILE_NAME).exists()
+        return Path(entry.spec_file).exists() and Path(entry.claim_dir).is_dir()
 
     # ------------------------------------------------------------ unprepare
     def unprepare(self, uid: str) -> None:
@@ -197,41 +203,39 @@ class Driver:
             if entry is None:
                 # Unknown here (never prepared, or already undone): still make
                 # sure nothing of it is left, by the names prepare would use.
-                entry = ClaimEntry(uid=uid, namespace="", name="", state="unknown", group=group_name(uid),
+                entry = ClaimEntry(uid=uid, namespace="", name="", state="unknown",
                                    spec_file=str(cdi.spec_path(self.config.cdi_dir, self.config.driver_name, uid)),
                                    claim_dir=str(self.config.claims_dir / uid))
-            self._undo(entry, delete_group=True)
+            self._undo(entry)
 
-    def _undo(self, entry: ClaimEntry, delete_group: bool) -> None:
-        if delete_group:
-            sockets = [entry.admin_socket] if entry.admin_socket else [
-                str(g.admin_socket) for g in self._gpus.values()]
-            for socket in sockets:
-                self._delete_group(socket, entry)
+    def _undo(self, entry: ClaimEntry) -> None:
+        """Deletes the claim's groups (those carrying its UID), spec, secrets
+        and checkpoint entry. Without recorded devices, every tokend is asked."""
+        if not entry.devices and not self._gpus:
+            self.refresh_gpus()
+        sockets = sorted({d.admin_socket for d in entry.devices}) or [
+            str(g.admin_socket) for g in self._gpus.values()]
+        for socket in sockets:
+            self._delete_groups(socket, entry.uid)
         Path(entry.spec_file).unlink(missing_ok=True)
         shutil.rmtree(entry.claim_dir, ignore_errors=True)
         self.checkpoint.remove(entry.uid)
         log.info("claim %s/%s (%s) unprepared", entry.namespace, entry.name, entry.uid)
 
     @staticmethod
-    def _delete_group(admin_socket: str, entry: ClaimEntry) -> None:
+    def _delete_groups(admin_socket: str, uid: str) -> None:
+        """Deletes the groups on one tokend that were made for claim `uid` (gone already: success)."""
         from gslice.client import Client
         try:
             with Client(admin_socket, timeout=tokends.STATUS_TIMEOUT) as admin:
-                try:
-                    group = admin.get_group(entry.group)
-                except NotFound:
-                    return  # gone already: success
-                if group.labels.get(LABEL_CLAIM_UID) != entry.uid:
-                    log.warning("not deleting group %s on %s: it is not claim %s's", entry.group, admin_socket,
-                                entry.uid)
-                    return
-                admin.delete_group(entry.group)
-        except NotFound:
-            return
+                for group in admin.list_groups():
+                    if group.labels.get(LABEL_CLAIM_UID) == uid:
+                        try:
+                            admin.delete_group(group.name)
+                        except NotFound:
+                            pass
         except GsliceError as exc:
-            raise UnprepareError(f"cannot delete group {entry.group} of claim {entry.uid} on {admin_socket}: "
-                                 f"{exc}") from None
+            raise UnprepareError(f"cannot delete the groups of claim {uid} on {admin_socket}: {exc}") from None
 
     # -------------------------------------------------------------- clean-up
     def cleanup(self) -> list[str]:
@@ -244,7 +248,7 @@ class Driver:
                 for uid, entry in entries.items():
                     if not self._claim_exists(entry.namespace, entry.name, uid):
                         log.info("claim %s/%s (%s) is gone: cleaning up", entry.namespace, entry.name, uid)
-                        self._undo(entry, delete_group=True)
+                        self._undo(entry)
                         removed.append(uid)
                 removed += self._cleanup_orphan_groups(set(entries))
                 for device, path in cdi.our_spec_files(self.config.cdi_dir, self.config.driver_name).items():
@@ -266,7 +270,7 @@ class Driver:
     def _cleanup_orphan_groups(self, known: set[str]) -> list[str]:
         """Groups this driver made whose claim is neither in the checkpoint nor
         in the API server (e.g. the checkpoint was lost)."""
-        removed = []
+        removed: list[str] = []
         for gpu in self.refresh_gpus():
             with gpu.admin() as admin:
                 groups = admin.list_groups()
@@ -275,11 +279,11 @@ class Driver:
                 if group.labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not uid or uid in known:
                     continue
                 namespace, _, name = group.labels.get(LABEL_CLAIM, "").partition("/")
-                if self._claim_exists(namespace, name, uid):
+                if uid not in removed and self._claim_exists(namespace, name, uid):
                     continue
                 log.info("group %s on GPU %s belongs to claim %s, which is gone: deleting it", group.name,
                          gpu.uuid, uid)
-                self._delete_group(str(gpu.admin_socket), ClaimEntry(uid=uid, namespace=namespace, name=name,
-                                                                     state="orphan", group=group.name))
-                removed.append(uid)
+                self._delete_groups(str(gpu.admin_socket), uid)
+                if uid not in removed:
+                    removed.append(uid)
         return removed
