@@ -25,6 +25,30 @@ static void copy_str(char *dst, size_t cap, const char *src, const char *name)
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+/* GSLICE_GROUP_SECRET_FILE: the secret as a (read-only, mounted) file, so it
+ * never sits in the environment or on a command line; trailing newlines are
+ * stripped. Read once, at configuration time, never on the launch path. */
+static void read_secret_file(char *dst, size_t cap, const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s cannot be opened; expected a readable file holding the group secret",
+                path);
+        dst[0] = 0;
+        return;
+    }
+    size_t len = fread(dst, 1, cap - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    dst[len] = 0;
+    while (len > 0 && (dst[len - 1] == '\n' || dst[len - 1] == '\r'))
+        dst[--len] = 0;
+    if (more) {
+        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s is longer than %zu bytes; ignoring it", path, cap - 1);
+        dst[0] = 0;
+    }
+}
+
 void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
 {
     memset(cfg, 0, sizeof *cfg);
@@ -52,6 +76,8 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
         copy_str(cfg->group, sizeof cfg->group, v, "GSLICE_GROUP");
     if ((v = lookup("GSLICE_GROUP_SECRET")))
         copy_str(cfg->secret, sizeof cfg->secret, v, "GSLICE_GROUP_SECRET");
+    if ((v = lookup("GSLICE_GROUP_SECRET_FILE")) && *v)
+        read_secret_file(cfg->secret, sizeof cfg->secret, v);
 
     copy_str(cfg->real_libcuda, sizeof cfg->real_libcuda, "libcuda.so.1", "GSLICE_REAL_LIBCUDA");
     if ((v = lookup("GSLICE_REAL_LIBCUDA")) && *v)

@@ -16,7 +16,7 @@ typedef struct gs_config {
     char socket_path[256];     /* GSLICE_SOCKET, default /run/gslice/client.sock */
     char socket_dir[256];      /* GSLICE_SOCKET_DIR: <dir>/<gpu-uuid>/client.sock */
     char group[128];           /* GSLICE_GROUP */
-    char secret[128];          /* GSLICE_GROUP_SECRET */
+    char secret[128];          /* GSLICE_GROUP_SECRET, or GSLICE_GROUP_SECRET_FILE's content */
     char real_libcuda[256];    /* GSLICE_REAL_LIBCUDA, default libcuda.so.1 */
     char real_libnvml[256];    /* GSLICE_REAL_LIBNVML, default libnvidia-ml.so.1 */
     int log_level;             /* GSLICE_LOG_LEVEL error|warn|info|debug */

@@ -34,6 +34,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# podman + runc: the Kubernetes CDI test starts a real container with them
+# (tests/kubernetes/test_podman_cdi.py; it skips without them). Only as root,
+# where the test can run; a failed install only means that test skips.
+# GSLICE_NO_PODMAN=1 skips this step.
+if [ "$(id -u)" -eq 0 ] && [ -z "${GSLICE_NO_PODMAN:-}" ] && command -v apt-get >/dev/null \
+    && ! { dpkg -s podman >/dev/null 2>&1 && dpkg -s runc >/dev/null 2>&1; }; then
+  log "installing podman runc (for the CDI container test)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null; } \
+    || log "podman/runc could not be installed: tests/kubernetes/test_podman_cdi.py will skip"
+fi
+
 VENV="$GSLICE_ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"

@@ -18,9 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where groups.json is kept (default {DEFAULT_STATE_DIR})")
     parser.add_argument("--socket-dir", type=Path, default=DEFAULT_SOCKET_DIR,
                         help=f"where client.sock and admin.sock are created (default {DEFAULT_SOCKET_DIR})")
+    parser.add_argument("--client-socket-dir", type=Path, default=None,
+                        help="put client.sock here instead of --socket-dir: a directory of its own, which "
+                             "containers can mount (it survives restarts) without seeing admin.sock")
     parser.add_argument("--gpu", default=None, help="GPU index or UUID to serve (default 0)")
     parser.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus metrics on 127.0.0.1:PORT (default 0: off)")
+                        help="serve Prometheus metrics on ADDRESS:PORT (default 0: off)")
+    parser.add_argument("--metrics-address", default="127.0.0.1",
+                        help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a pod, for Prometheus)")
     parser.add_argument("--window", type=float, default=10.0, help="accounting window in seconds (default 10)")
     parser.add_argument("--quantum-min-ms", type=float, default=5.0, help="shortest time slice (default 5 ms)")
     parser.add_argument("--quantum-max-ms", type=float, default=100.0, help="longest time slice (default 100 ms)")
@@ -69,9 +74,10 @@ def run(args: argparse.Namespace) -> int:
                                  quantum_max=args.quantum_max_ms / 1000.0, grace=args.grace_ms / 1000.0)
         config.validate()
         options = DaemonOptions(
-            state_dir=args.state_dir, socket_dir=args.socket_dir, gpu=args.gpu,
+            state_dir=args.state_dir, socket_dir=args.socket_dir, client_socket_dir=args.client_socket_dir,
+            gpu=args.gpu,
             fake_gpu=GpuInfo.parse(args.fake_gpu) if args.fake_gpu else None,
-            metrics_port=args.metrics_port, scheduler=config,
+            metrics_port=args.metrics_port, metrics_address=args.metrics_address, scheduler=config,
             control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT)
         asyncio.run(TokenDaemon(options).run())
     except (StartupError, GpuDiscoveryError, StateError) as exc:

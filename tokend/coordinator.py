@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass, field, replace
@@ -72,6 +73,9 @@ class Coordinator:
         self.control_open_timeout = control_open_timeout
         self.sessions: dict[str, ClientSession] = {}
         self.secrets: dict[str, str] = {}
+        self.labels: dict[str, dict[str, str]] = {}  # group -> labels (not the core's business)
+        self.gpu_index = gpu.index
+        self.client_socket = ""  # set by the daemon: reported in status for node agents
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,6 +98,8 @@ class Coordinator:
                 raise ValueError(f"group {stored.name!r} in {self.store.path} is refused: {exc}") from None
             self.ledger.set_group(spec.name, spec.memory_quota)
             self.secrets[spec.name] = stored.secret
+            if stored.labels:
+                self.labels[spec.name] = dict(stored.labels)
             self._publish_group_metrics(spec)
         log.info("loaded %d group(s) from %s", len(self.secrets), self.store.path)
 
@@ -344,27 +350,32 @@ class Coordinator:
                              f"priority {group.priority} is not one of LOW=1, NORMAL=2, HIGH=3")
         return GroupSpec(group.name, group.request, group.limit, group.memory_quota, Priority(priority))
 
-    @staticmethod
-    def group_proto(spec: GroupSpec) -> admin_pb2.Group:
+    def group_proto(self, spec: GroupSpec) -> admin_pb2.Group:
         return admin_pb2.Group(name=spec.name, request=spec.request, limit=spec.limit,
-                               memory_quota=spec.memory_quota, priority=int(spec.priority))
+                               memory_quota=spec.memory_quota, priority=int(spec.priority),
+                               labels=self.labels.get(spec.name, {}))
 
-    def _save_groups(self, secrets_table: dict[str, str]) -> None:
+    def _save_groups(self, secrets_table: dict[str, str], labels: dict[str, dict[str, str]] | None = None) -> None:
+        labels = self.labels if labels is None else labels
         specs = {spec.name: spec for spec in self.scheduler.groups()}
         self.store.save([StoredGroup(name, spec.request, spec.limit, spec.memory_quota, int(spec.priority),
-                                     secrets_table[name]) for name, spec in specs.items()])
+                                     secrets_table[name], dict(labels.get(name, {})))
+                         for name, spec in specs.items()])
 
     def create_group(self, group: admin_pb2.Group) -> admin_pb2.CreateGroupReply:
         spec = self._spec_from_proto(group)
         self._check_spec(spec)
+        _check_labels(group.labels)
         self._core(self.scheduler.add_group, spec)
         secret = new_group_secret()
+        labels = {**self.labels, spec.name: dict(group.labels)} if group.labels else self.labels
         try:
-            self._save_groups({**self.secrets, spec.name: secret})
+            self._save_groups({**self.secrets, spec.name: secret}, labels)
         except BaseException:
             self._core(self.scheduler.remove_group, spec.name)
             raise
         self.secrets[spec.name] = secret
+        self.labels = labels
         self.ledger.set_group(spec.name, spec.memory_quota)
         self._publish_group_metrics(spec)
         self.events.publish("group_created", spec.name, message=_describe(spec))
@@ -427,6 +438,7 @@ class Coordinator:
             self._core(self.scheduler.add_group, old)
             raise
         self.secrets = remaining
+        self.labels.pop(name, None)
         self.ledger.remove_group(name)
         self.metrics.forget_group(name)
         self.events.publish("group_deleted", name)
@@ -449,7 +461,7 @@ class Coordinator:
         reply = admin_pb2.GpuStatus(
             gpu_uuid=self.gpu.uuid, gpu_name=self.gpu.name, physical_memory=self.gpu.memory_total,
             window_seconds=self.config.window, waiting_client_ids=waiting, now=time.time(),
-            decisions=self.scheduler.decisions)
+            decisions=self.scheduler.decisions, gpu_index=self.gpu_index, client_socket=self.client_socket)
         if holder is not None:
             reply.holder_client_id, reply.token_id = holder[0], holder[1]
             holder_session = self.sessions.get(holder[0])
@@ -509,6 +521,24 @@ class Coordinator:
             self._timer.cancel()
         for client_id in list(self.sessions):
             self.detach(client_id, "tokend stopping")
+
+
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9./_-]{0,62}")
+MAX_LABELS = 16
+MAX_LABEL_VALUE = 512
+
+
+def _check_labels(labels) -> None:
+    if len(labels) > MAX_LABELS:
+        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{len(labels)} labels given; at most {MAX_LABELS}")
+    for key, value in labels.items():
+        if not _LABEL_KEY.fullmatch(key):
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"label key {key!r} is invalid: expected 1 to 63 characters of [A-Za-z0-9./_-]")
+        if len(value) > MAX_LABEL_VALUE or not value.isprintable():
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"label {key!r} value {value[:40]!r} is invalid: expected at most {MAX_LABEL_VALUE} "
+                             "printable characters")
 
 
 def _describe(spec: GroupSpec) -> str:

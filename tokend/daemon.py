@@ -43,9 +43,13 @@ class StartupError(Exception):
 class DaemonOptions:
     state_dir: Path
     socket_dir: Path
+    # client.sock in a directory of its own (containers mount the directory,
+    # which survives restarts, and never see admin.sock); None: socket_dir.
+    client_socket_dir: Path | None = None
     gpu: str | None = None
     fake_gpu: GpuInfo | None = None  # tests without NVML
     metrics_port: int = 0  # 0: no HTTP metrics endpoint
+    metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a pod, for Prometheus on the pod's address
     scheduler: SchedulerConfig = SchedulerConfig()
     control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT
 
@@ -75,7 +79,8 @@ class TokenDaemon:
     def __init__(self, options: DaemonOptions):
         self.options = options
         self.socket_dir = Path(options.socket_dir)
-        self.client_socket = self.socket_dir / CLIENT_SOCKET_NAME
+        self.client_socket_dir = Path(options.client_socket_dir or options.socket_dir)
+        self.client_socket = self.client_socket_dir / CLIENT_SOCKET_NAME
         self.admin_socket = self.socket_dir / ADMIN_SOCKET_NAME
         self.pid_file = self.socket_dir / PID_FILE_NAME
         self._stop = asyncio.Event()
@@ -93,10 +98,12 @@ class TokenDaemon:
         metrics = TokendMetrics(gpu.uuid)
         coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout)
         coordinator.load_groups()
-        try:
-            self.socket_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(f"cannot create socket directory {self.socket_dir}: {exc.strerror}") from None
+        coordinator.client_socket = str(self.client_socket.absolute())
+        for directory in {self.socket_dir, self.client_socket_dir}:
+            try:
+                directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StartupError(f"cannot create socket directory {directory}: {exc.strerror}") from None
         for path in (self.client_socket, self.admin_socket):
             if path.exists() or path.is_symlink():
                 if _socket_in_use(path):
@@ -140,8 +147,9 @@ class TokenDaemon:
             servers.append(await self._build_server(self.admin_socket, 0o600, AdminService(coordinator),
                                                     admin_descriptor, guard))
             if self.options.metrics_port:
-                metrics_http, self.metrics_port = coordinator.metrics.serve(self.options.metrics_port)
-                log.info("metrics on http://127.0.0.1:%d/metrics", self.metrics_port)
+                metrics_http, self.metrics_port = coordinator.metrics.serve(self.options.metrics_port,
+                                                                            self.options.metrics_address)
+                log.info("metrics on http://%s:%d/metrics", self.options.metrics_address, self.metrics_port)
             self.pid_file.write_text(f"{os.getpid()}\n")
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)

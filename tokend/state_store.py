@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT_VERSION = 1
@@ -27,6 +27,7 @@ class StoredGroup:
     memory_quota: int
     priority: int
     secret: str
+    labels: dict[str, str] = field(default_factory=dict)  # who the group is for (e.g. a Kubernetes claim)
 
     @classmethod
     def from_json(cls, item: dict, path: Path) -> "StoredGroup":
@@ -38,18 +39,24 @@ class StoredGroup:
                 memory_quota=int(item["memory_quota"]),
                 priority=int(item["priority"]),
                 secret=str(item["secret"]),
+                labels=dict(item.get("labels") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"group entry {item!r} in {path} is malformed ({exc!r})") from None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in group.labels.items()):
+            raise StateError(f"group entry {item!r} in {path} has labels that are not strings")
         if not group.name or not group.secret:
             raise StateError(f"group entry {item!r} in {path} has an empty name or secret")
         return group
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "name": self.name, "request": self.request, "limit": self.limit,
             "memory_quota": self.memory_quota, "priority": self.priority, "secret": self.secret,
         }
+        if self.labels:  # absent when empty: files stay as older daemons wrote them
+            data["labels"] = dict(sorted(self.labels.items()))
+        return data
 
 
 class GroupStore:

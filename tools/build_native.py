@@ -27,7 +27,10 @@ import toolchain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-PROTO_FILES = ["gslice/v1/common.proto", "gslice/v1/client.proto", "gslice/v1/admin.proto"]
+PROTO_FILES = ["gslice/v1/common.proto", "gslice/v1/client.proto", "gslice/v1/admin.proto",
+               # the kubelet's APIs, for the DRA plugin (gslice.kubernetes)
+               "gslice/kubelet/pluginregistration_v1.proto", "gslice/kubelet/dra_v1.proto",
+               "gslice/kubelet/dra_v1beta1.proto"]
 # The shim speaks only the client service; admin.proto uses proto3 `optional`.
 NANOPB_FILES = ["gslice/v1/common.proto", "gslice/v1/client.proto"]
 PYTHON_ROOT = ROOT / "python"
@@ -54,6 +57,9 @@ def build_proto() -> None:
         raise RuntimeError(f"protoc failed on {PROTO_FILES}")
     (PACKAGE_DIR / "v1" / "__init__.py").write_text(
         '"""Generated gRPC/protobuf code for the gslice.v1 contract (see proto/)."""\n'
+    )
+    (PACKAGE_DIR / "kubelet" / "__init__.py").write_text(
+        '"""Generated gRPC/protobuf code for the kubelet\'s plugin registration and DRA APIs (see proto/)."""\n'
     )
 
     NANOPB_DIR.mkdir(parents=True, exist_ok=True)

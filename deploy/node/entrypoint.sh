@@ -22,12 +22,12 @@ case "$role" in
     exec gslice tokend "$@"
     ;;
   kubelet-plugin)
-    # The Kubernetes DRA kubelet plugin (issue 11) installs its own console
-    # script with the wheel; this is where the image starts it.
-    if command -v gslice-kubelet-plugin >/dev/null 2>&1; then
-      exec gslice-kubelet-plugin "$@"
+    # The Kubernetes DRA kubelet plugin needs the wheel's `kubernetes` extra
+    # (the Containerfile installs gslice[kubernetes]).
+    if python -c 'import kubernetes' >/dev/null 2>&1; then
+      exec gslice-dra "$@"
     fi
-    echo "gslice-node: this image's gslice has no Kubernetes kubelet plugin (gslice-kubelet-plugin not installed)" >&2
+    echo "gslice-node: this image's gslice has no Kubernetes kubelet plugin (install gslice[kubernetes])" >&2
     exit 2
     ;;
   *)

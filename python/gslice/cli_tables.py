@@ -14,12 +14,27 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# Labels the Kubernetes driver (gslice.kubernetes) puts on the groups it creates.
+CLAIM_LABEL = "gslice.dev/claim"
+PODS_LABEL = "gslice.dev/pods"
+
+
+def owner_text(labels: dict[str, str]) -> str:
+    """Who a group is for, from its labels: 'claim NS/NAME, pod NS/POD' for a
+    Kubernetes claim's group, else the labels as k=v."""
+    if CLAIM_LABEL in labels:
+        text = f"claim {labels[CLAIM_LABEL]}"
+        pods = labels.get(PODS_LABEL, "")
+        return f"{text}, pod {pods}" if pods else text
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 def groups_table(groups: list[Group]) -> str:
     if not groups:
         return "no groups (create one with: gslice group create NAME --request 30% --memory 4GiB)"
-    return table(["GROUP", "REQUEST", "LIMIT", "MEMORY", "PRIORITY"],
+    return table(["GROUP", "REQUEST", "LIMIT", "MEMORY", "PRIORITY", "FOR"],
                  [[g.name, format_share(g.request), format_share(g.limit), format_bytes(g.memory_quota),
-                   g.priority.name.lower()] for g in groups])
+                   g.priority.name.lower(), owner_text(g.labels)] for g in groups])
 
 
 def status_text(status: Status) -> str:
@@ -42,6 +57,9 @@ def status_text(status: Status) -> str:
               g.group.priority.name.lower(),
               f"{format_bytes(g.memory_used)}/{format_bytes(g.group.memory_quota)}" + (" OVER" if g.over_quota else ""),
               str(g.clients), str(g.waiting), str(g.tokens_granted), str(g.preemptions)] for g in status.groups]))
+        for g in status.groups:
+            if g.group.labels:
+                lines.append(f"for: {g.group.name}: {owner_text(g.group.labels)}")
         for g in status.groups:
             if g.note:
                 lines.append(f"note: {g.group.name}: {g.note}")

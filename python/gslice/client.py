@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -54,15 +54,18 @@ class Group:
     limit: float
     memory_quota: int
     priority: Priority
+    labels: dict[str, str] = field(default_factory=dict)  # who it is for, e.g. gslice.dev/claim
 
     @classmethod
     def from_proto(cls, group: admin_pb2.Group) -> "Group":
         return cls(group.name, group.request, group.limit, group.memory_quota,
-                   Priority(group.priority or Priority.NORMAL))
+                   Priority(group.priority or Priority.NORMAL), dict(group.labels))
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["priority"] = self.priority.name.lower()
+        if not self.labels:
+            del data["labels"]  # the JSON of unlabelled groups stays as it was
         return data
 
 
@@ -112,6 +115,8 @@ class Status:
     busy_fraction: float
     now: float
     decisions: int
+    gpu_index: int = 0
+    client_socket: str = ""  # as the daemon sees it
 
     @classmethod
     def from_proto(cls, reply: admin_pb2.GpuStatus) -> "Status":
@@ -124,7 +129,8 @@ class Status:
                                 g.waiting, g.note, g.tokens_granted, g.preemptions) for g in reply.groups],
             clients=[ClientStatus(c.client_id, c.group, c.pid, c.process_name, c.holding, c.waiting, c.memory_used,
                                   c.attached_at) for c in reply.clients],
-            busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions)
+            busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions,
+            gpu_index=reply.gpu_index, client_socket=reply.client_socket)
 
     def group(self, name: str) -> GroupStatus:
         for status in self.groups:
@@ -264,15 +270,18 @@ class Client:
         self.close()
 
     # -- groups
-    def create_group(self, name: str, request, limit=None, memory="4GiB", priority="normal") -> CreatedGroup:
-        """Create a group; `limit` defaults to `request`. Returns the group and its secret."""
+    def create_group(self, name: str, request, limit=None, memory="4GiB", priority="normal",
+                     labels: dict[str, str] | None = None) -> CreatedGroup:
+        """Create a group; `limit` defaults to `request`; `labels` say who it is
+        for (kept by tokend, shown by the CLI). Returns the group and its secret."""
         check_group_name(name)
         request_share = parse_share(request)
         limit_share = request_share if limit is None else parse_share(limit)
         if limit_share < request_share:
             raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
         group = admin_pb2.Group(name=name, request=request_share, limit=limit_share,
-                                memory_quota=parse_bytes(memory), priority=int(Priority.parse(priority)))
+                                memory_quota=parse_bytes(memory), priority=int(Priority.parse(priority)),
+                                labels=labels or {})
         reply = self._call("CreateGroup", admin_pb2.CreateGroupRequest(group=group))
         return CreatedGroup(Group.from_proto(reply.group), reply.secret)
 

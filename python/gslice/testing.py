@@ -51,6 +51,18 @@ def free_tcp_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition", interval: float = 0.02):
+    """Calls predicate until it returns something true (returned) or timeout
+    seconds pass (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def simgpu_env(name: str, memory: int | str | None = None) -> dict[str, str] | None:
     """Environment that puts a process on the simulated GPU `name` (shared by
     every process using the same name); None if the simulator is not built."""
@@ -73,11 +85,13 @@ class TokendProcess:
 
     def __init__(self, base_dir: str | os.PathLike, gpu: str = "auto", extra_args: list[str] | tuple = (),
                  env: dict[str, str] | None = None, metrics: bool = True, window: float | None = None,
-                 fake_gpu_memory: int = FAKE_GPU_MEMORY, log_level: str = "debug"):
+                 fake_gpu_memory: int = FAKE_GPU_MEMORY, log_level: str = "debug", own_client_dir: bool = False):
         self.base_dir = Path(base_dir)
         self.state_dir = self.base_dir / "tokend-state"
         self.socket_dir = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
-        self.client_socket = self.socket_dir / paths.CLIENT_SOCKET_NAME
+        # own_client_dir: client.sock in a directory of its own (--client-socket-dir), as on Kubernetes.
+        self.client_socket_dir = self.socket_dir / "client" if own_client_dir else self.socket_dir
+        self.client_socket = self.client_socket_dir / paths.CLIENT_SOCKET_NAME
         self.admin_socket = self.socket_dir / paths.ADMIN_SOCKET_NAME
         self.log_path = self.base_dir / f"tokend-{uuid.uuid4().hex[:8]}.log"
         self.metrics_port = free_tcp_port() if metrics else 0
@@ -94,6 +108,8 @@ class TokendProcess:
         self.gpu_uuid = None
         args = ["--state-dir", str(self.state_dir), "--socket-dir", str(self.socket_dir),
                 "--metrics-port", str(self.metrics_port), "--log-level", log_level]
+        if own_client_dir:
+            args += ["--client-socket-dir", str(self.client_socket_dir)]
         self.sim_env = sim or {}
         if sim is not None:
             self._env.update(sim)

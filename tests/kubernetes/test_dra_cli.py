@@ -1,0 +1,21 @@
+"""gslice-dra install-shim (the DaemonSet's init step) and check; the installer itself
+(gslice.shim_install) is tested in tests/unit/test_shim_install.py."""
+from __future__ import annotations
+
+
+def test_gslice_dra_install_shim_and_check(tmp_path, capsys, node):
+    from gslice.kubernetes.__main__ import main
+    source = tmp_path / "libgslice.so"
+    source.write_bytes(b"\x7fELF shim")
+    args = ["--shim-root", str(tmp_path / "opt"), "--shim-version", "9.9.9", "install-shim", "--source", str(source)]
+    assert main(args) == 0
+    assert (tmp_path / "opt/9.9.9/lib/libgslice.so").read_bytes() == b"\x7fELF shim"
+    inode = (tmp_path / "opt/9.9.9/lib/libgslice.so").stat().st_ino
+    assert main(args) == 0   # again: the file in use is left alone
+    assert (tmp_path / "opt/9.9.9/lib/libgslice.so").stat().st_ino == inode
+    assert "installed: " in capsys.readouterr().out
+
+    # the plugin's probe: GetInfo on the registration socket
+    assert main(["--registry-dir", str(node.config.registry_dir), "check"]) == 0
+    assert "gslice.dev: DRAPlugin on " in capsys.readouterr().out
+    assert main(["--registry-dir", str(tmp_path), "check"]) == 1

@@ -1,0 +1,38 @@
+"""GSLICE_GROUP_SECRET_FILE: the shim reads the group secret from a file (how
+Kubernetes hands it over, mounted read-only by CDI), trailing newline stripped;
+it wins over GSLICE_GROUP_SECRET."""
+from __future__ import annotations
+
+from shim_harness import group_env
+
+
+def test_secret_from_file_attaches(runner, tokend, tmp_path):
+    admin = tokend.admin()
+    created = admin.create_group("g", request=0.5, memory="1GiB")
+    secret_file = tmp_path / "group-secret"
+    secret_file.write_text(created.secret + "\n")
+    env = group_env(tokend, "g", "", GSLICE_GROUP_SECRET_FILE=secret_file)
+    del env["GSLICE_GROUP_SECRET"]
+    rc, out, err = runner.run("launch", "driver", 50, 10000, **env)
+    assert rc == 0, err
+    assert admin.status().group("g").tokens_granted > 0, err
+
+
+def test_wrong_secret_file_wins_over_the_variable_and_is_refused(runner, tokend, tmp_path):
+    admin = tokend.admin()
+    created = admin.create_group("g", request=0.5, memory="1GiB")
+    secret_file = tmp_path / "group-secret"
+    secret_file.write_text("not-the-secret\n")
+    env = group_env(tokend, "g", created.secret, GSLICE_GROUP_SECRET_FILE=secret_file,
+                    GSLICE_ON_DAEMON_LOSS="open", GSLICE_DAEMON_WAIT_MS=0)
+    rc, out, err = runner.run("launch", "driver", 5, 1000, timeout=60, **env)
+    assert "wrong secret" in err, err
+    assert admin.status().group("g").tokens_granted == 0
+
+
+def test_missing_secret_file_is_named_in_the_warning(runner, tokend, tmp_path):
+    created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
+    env = group_env(tokend, "g", created.secret, GSLICE_GROUP_SECRET_FILE=tmp_path / "absent",
+                    GSLICE_ON_DAEMON_LOSS="open", GSLICE_DAEMON_WAIT_MS=0)
+    rc, out, err = runner.run("launch", "driver", 5, 1000, timeout=60, **env)
+    assert f"GSLICE_GROUP_SECRET_FILE={tmp_path / 'absent'} cannot be opened" in err, err
