@@ -14,6 +14,10 @@ def test_gslice_dra_install_shim_and_check(tmp_path, capsys, node):
     assert main(args) == 0   # again: the file in use is left alone
     assert (tmp_path / "opt/9.9.9/lib/libgslice.so").stat().st_ino == inode
     assert "installed: " in capsys.readouterr().out
+    # options after the command too, as the DaemonSet's init step writes them
+    assert main(["install-shim", "--shim-root", str(tmp_path / "opt2"), "--source", str(source)]) == 0
+    from gslice import __version__
+    assert (tmp_path / "opt2" / __version__ / "lib/libgslice.so").read_bytes() == b"\x7fELF shim"
 
     # the plugin's probe: GetInfo on the registration socket
     assert main(["--registry-dir", str(node.config.registry_dir), "check"]) == 0

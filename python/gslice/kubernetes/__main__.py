@@ -71,16 +71,27 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _add_common_options(parser: argparse.ArgumentParser, suppress_defaults: bool) -> None:
+    """The options every command shares. They are accepted before the command
+    and after it (`gslice-dra install-shim --shim-root DIR`, as the DaemonSet
+    writes it); after it, an option not given must not reset one given before."""
+    def default(value):
+        return argparse.SUPPRESS if suppress_defaults else value
+    parser.add_argument("--log-level", default=default("info"), choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--driver-name", default=default(DRIVER_NAME))
+    parser.add_argument("--registry-dir", type=Path, default=default(defaults.KUBELET_REGISTRY_DIR))
+    parser.add_argument("--shim-root", type=Path, default=default(defaults.SHIM_ROOT))
+    parser.add_argument("--shim-version", default=default(""), help="folder under --shim-root (default: this version)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gslice-dra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--driver-name", default=DRIVER_NAME)
-    parser.add_argument("--registry-dir", type=Path, default=defaults.KUBELET_REGISTRY_DIR)
-    parser.add_argument("--shim-root", type=Path, default=defaults.SHIM_ROOT)
-    parser.add_argument("--shim-version", default="", help="folder under --shim-root (default: this version)")
+    _add_common_options(parser, suppress_defaults=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common_options(common, suppress_defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="serve kubelet until SIGTERM")
+    run = sub.add_parser("run", parents=[common], help="serve kubelet until SIGTERM")
     run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
     run.add_argument("--plugins-dir", type=Path, default=defaults.KUBELET_PLUGINS_DIR)
     run.add_argument("--cdi-dir", type=Path, default=defaults.CDI_DIR)
@@ -92,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cleanup-interval", type=float, default=60.0,
                      help="seconds between slice refreshes and stale-claim clean-ups (default 60)")
     run.set_defaults(func=cmd_run)
-    install = sub.add_parser("install-shim", help="copy libgslice.so into SHIM_ROOT/VERSION/lib")
+    install = sub.add_parser("install-shim", parents=[common], help="copy libgslice.so into SHIM_ROOT/VERSION/lib")
     install.add_argument("--source", type=Path, default=None)
     install.set_defaults(func=cmd_install_shim)
-    check = sub.add_parser("check", help="exit 0 when the plugin answers GetInfo")
+    check = sub.add_parser("check", parents=[common], help="exit 0 when the plugin answers GetInfo")
     check.set_defaults(func=cmd_check)
     return parser
 
