@@ -514,9 +514,19 @@ CUresult sim_cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 }
 CU_EXPORT(cuCtxGetStreamPriorityRange, (int *least, int *greatest));
 
+/* Waiting for a stream that is capturing can never finish: refused while
+ * any capture is active (after invalidating it where the thread's mode
+ * makes the call prohibited, see sim_capture_check_unsafe). */
+static CUresult check_synchronize_allowed(void) {
+    CUresult rc = sim_capture_check_unsafe();
+    if (rc) return rc;
+    return sim_capture_active() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 CUresult sim_cuCtxSynchronize(void) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    if ((rc = check_synchronize_allowed())) return rc;
     sim_streams_synchronize_all();
     return CUDA_SUCCESS;
 }
@@ -527,6 +537,7 @@ CUresult sim_cuCtxSynchronize_v2(CUcontext ctx) {
     CUresult rc = sim_require_init();
     if (rc) return rc;
     if (ctx->tag != SIM_TAG_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((rc = check_synchronize_allowed())) return rc;
     sim_streams_synchronize_all();
     return CUDA_SUCCESS;
 }
@@ -564,6 +575,10 @@ static const struct {
      "operation failed due to a previous error during capture"},
     {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
      "capture was not initiated in this stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
     {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
      "attempt to terminate a thread-local capture sequence from another thread"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},

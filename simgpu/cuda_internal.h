@@ -88,12 +88,22 @@ CUresult sim_stream_synchronize(struct CUstream_st *stream);
 /* Wait for everything queued so far on all of the process's streams. */
 void sim_streams_synchronize_all(void);
 
+/* Stream capture rules (cuda_streams.c). Any capture active in the process? */
+bool sim_capture_active(void);
+/* Before a "potentially unsafe" call (context/legacy-stream synchronise,
+ * event query/wait, synchronous allocation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * when the calling thread's capture mode prohibits it, after invalidating
+ * the captures that prohibit it. */
+CUresult sim_capture_check_unsafe(void);
+
 /* ---- kernels and graphs (cuda_launch.c) ---- */
 /* The duration a launch of f with these parameters occupies the engine. */
 CUresult sim_kernel_duration(CUfunction f, void **kernel_params, void **extra, uint64_t *duration_ns);
 /* Capture support: append kernels to a graph being captured. */
 CUresult sim_graph_append_kernels(CUgraph graph, const uint64_t *durations, uint32_t count);
 CUresult sim_graph_new(CUgraph *out);
+bool sim_graph_live(CUgraph graph);
+CUresult sim_cuGraphDestroy(CUgraph graph);
 
 /* ---- memory (cuda_memory.c) ---- */
 /* Free a device allocation (used by stream-ordered frees). */

@@ -140,14 +140,22 @@ CUresult sim_memory_free(CUdeviceptr ptr) {
     return CUDA_SUCCESS;
 }
 
+/* cuMemAlloc's work, without the capture check (stream-ordered and
+ * managed allocations use it too). */
+static CUresult alloc_device(CUdeviceptr *dptr, size_t bytesize) {
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p;
+    CUresult rc = allocate(bytesize, false, &p);
+    if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+    return rc;
+}
+
 CUresult sim_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t p;
-    rc = allocate(bytesize, false, &p);
-    if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
-    return rc;
+    /* A synchronous allocation is "potentially unsafe" during capture. */
+    if ((rc = sim_capture_check_unsafe())) return rc;
+    return alloc_device(dptr, bytesize);
 }
 CU_EXPORT(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize));
 
@@ -156,6 +164,7 @@ CU_EXPORT(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize));
 CUresult sim_cuMemAlloc(unsigned int *dptr, unsigned int bytesize) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    if ((rc = sim_capture_check_unsafe())) return rc;
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t p;
     rc = allocate(bytesize, true, &p);
@@ -189,7 +198,9 @@ CU_EXPORT(cuMemAllocPitch_v2, (CUdeviceptr * dptr, size_t *pitch, size_t width, 
 
 CUresult sim_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-    return sim_cuMemAlloc_v2(dptr, bytesize);
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    return alloc_device(dptr, bytesize);
 }
 CU_EXPORT(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytesize, unsigned int flags));
 
@@ -197,6 +208,7 @@ CUresult sim_cuMemFree_v2(CUdeviceptr dptr) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!dptr) return CUDA_SUCCESS; /* freeing NULL is a no-op, as on the driver */
+    if ((rc = sim_capture_check_unsafe())) return rc;
     return sim_memory_free(dptr);
 }
 CU_EXPORT(cuMemFree_v2, (CUdeviceptr dptr));
@@ -212,7 +224,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
-    return sim_cuMemAlloc_v2(dptr, bytesize);
+    return alloc_device(dptr, bytesize);
 }
 CUresult sim_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     return alloc_async(dptr, bytesize, hStream, false);
