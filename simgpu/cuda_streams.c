@@ -151,11 +151,11 @@ static void event_unref_locked(struct CUevent_st *ev) {
 static void run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
     switch (item->kind) {
     case SIM_ITEM_KERNEL:
-        sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn);
+        sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, true);
         break;
     case SIM_ITEM_GRAPH: {
         const uint64_t *durations = item->ptr;
-        for (uint32_t i = 0; i < item->count; i++) sim_engine_run(sim_process.dev, sim_process.slot, durations[i], turn);
+        for (uint32_t i = 0; i < item->count; i++) sim_engine_run(sim_process.dev, sim_process.slot, durations[i], turn, true);
         free(item->ptr);
         break;
     }
@@ -340,6 +340,13 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
     return CUDA_SUCCESS;
 }
 
+bool sim_stream_capturing(struct CUstream_st *s) {
+    pthread_mutex_lock(&s->lock);
+    bool capturing = s->capture != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return capturing;
+}
+
 CUresult sim_stream_synchronize(struct CUstream_st *s) {
     pthread_mutex_lock(&s->lock);
     if (s->capture) {
@@ -498,7 +505,9 @@ static CUresult stream_synchronize(CUstream hStream, bool ptds) {
     if (rc) return rc;
     rc = check_legacy_unsafe(hStream, ptds);
     if (rc) return rc;
-    return sim_stream_synchronize(s);
+    rc = sim_stream_synchronize(s);
+    if (rc == CUDA_SUCCESS) sim_pools_release_at_sync();
+    return rc;
 }
 CUresult sim_cuStreamSynchronize(CUstream hStream) { return stream_synchronize(hStream, false); }
 CU_EXPORT(cuStreamSynchronize, (CUstream hStream));
@@ -889,6 +898,7 @@ CUresult sim_cuEventSynchronize(CUevent hEvent) {
     uint64_t target = ev->recorded_gen;
     while (ev->done_gen < target) pthread_cond_wait(&event_reached, &event_lock);
     pthread_mutex_unlock(&event_lock);
+    sim_pools_release_at_sync();
     return CUDA_SUCCESS;
 }
 CU_EXPORT(cuEventSynchronize, (CUevent hEvent));
