@@ -36,6 +36,10 @@
 #define GS_PROC_V2_PARAMS (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, \
     CUdriverProcAddressQueryResult *symbolStatus)
 
+#define GS_CAPTURE_TO_GRAPH_PARAMS (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, \
+    const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+#define GS_CAPTURE_TO_GRAPH_ARGS (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)
+
 #define GS_INTERCEPT_TABLE(X) \
     /* work on the GPU */ \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
@@ -48,6 +52,23 @@
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
     X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
     X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* stream capture: launches into a capturing stream are recorded, not run (stream_capture.h) */ \
+    X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
+    X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, 1, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
+    X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0, CUDA, PLAIN, capture_begin, CUresult, \
+      (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode)) \
+    X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1, CUDA, PLAIN, capture_begin, CUresult, \
+      (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode)) \
+    X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0, CUDA, PLAIN, capture_begin_to_graph, CUresult, \
+      GS_CAPTURE_TO_GRAPH_PARAMS, GS_CAPTURE_TO_GRAPH_ARGS) \
+    X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph, 12030, 1, CUDA, PLAIN, capture_begin_to_graph, \
+      CUresult, GS_CAPTURE_TO_GRAPH_PARAMS, GS_CAPTURE_TO_GRAPH_ARGS) \
+    X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0, CUDA, PLAIN, capture_end, CUresult, \
+      (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
+    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1, CUDA, PLAIN, capture_end, CUresult, \
+      (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \

@@ -17,6 +17,7 @@
 #include "memory_ledger.h"
 #include "real_driver.h"
 #include "shim.h"
+#include "stream_capture.h"
 #include "token_gate.h"
 
 #define GS_UNPAREN(...) __VA_ARGS__
@@ -51,7 +52,7 @@ static inline void *real_nvml(void *const *slot)
     if (!fn)                                                                          \
         return CUDA_ERROR_NOT_INITIALIZED;                                            \
     gs_launch_ticket ticket;                                                          \
-    gs_launch_begin(&ticket);                                                         \
+    gs_launch_begin(&ticket, (stream), ptsz);                                         \
     CUresult rc = fn call_args;                                                       \
     if (ticket.checkpoint)                                                            \
         gs_launch_end(&ticket, (stream), ptsz, rc);                                   \
@@ -86,6 +87,47 @@ static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgra
                                          CUstream hStream)
 {
     GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+}
+
+/* cuGraphUpload puts the graph's work in place on the stream: gated like a launch. */
+static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuGraphUpload, hStream, (hGraphExec, hStream))
+}
+
+/* ---------------- stream capture: count active captures ---------------- */
+
+#define GS_CAPTURE_CORE(pfn_type, call_args, notify)                                   \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    CUresult rc = fn call_args;                                                        \
+    notify(rc);                                                                        \
+    return rc;
+
+static inline CUresult impl_capture_begin_v1(void *const *real_slot, int ptsz, CUstream hStream)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCapture, (hStream), gs_capture_began)
+}
+
+static inline CUresult impl_capture_begin(void *const *real_slot, int ptsz, CUstream hStream,
+                                          CUstreamCaptureMode mode)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCapture_v2, (hStream, mode), gs_capture_began)
+}
+
+static inline CUresult impl_capture_begin_to_graph(void *const *real_slot, int ptsz, CUstream hStream,
+                                                   CUgraph hGraph, const CUgraphNode *dependencies,
+                                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                                   CUstreamCaptureMode mode)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCaptureToGraph, GS_CAPTURE_TO_GRAPH_ARGS, gs_capture_began)
+}
+
+static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstream hStream, CUgraph *phGraph)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamEndCapture, (hStream, phGraph), gs_capture_ended)
 }
 
 /* ---------------- allocations: reserve first, then the real call ---------------- */

@@ -93,6 +93,11 @@ static void load_cuda(void)
     gs_cu.cuEventElapsedTime = first_symbol(cuda_handle, "cuEventElapsedTime_v2", "cuEventElapsedTime");
     gs_cu.cuEventDestroy = first_symbol(cuda_handle, "cuEventDestroy_v2", "cuEventDestroy");
     gs_cu.cuDeviceGetUuid = first_symbol(cuda_handle, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+    gs_cu.cuStreamIsCapturing = first_symbol(cuda_handle, "cuStreamIsCapturing", NULL);
+    gs_cu.cuStreamIsCapturing_ptsz = first_symbol(cuda_handle, "cuStreamIsCapturing_ptsz", NULL);
+    gs_cu.cuThreadExchangeStreamCaptureMode = first_symbol(cuda_handle, "cuThreadExchangeStreamCaptureMode", NULL);
+    gs_cu.cuMemPoolGetAttribute = first_symbol(cuda_handle, "cuMemPoolGetAttribute", NULL);
+    gs_cu.cuDeviceGetMemPool = first_symbol(cuda_handle, "cuDeviceGetMemPool", NULL);
     if (!gs_cu.cuCtxGetCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxPopCurrent)
         GS_WARN("the CUDA driver %s lacks context calls the token gate needs "
                 "(cuCtxGetCurrent/cuCtxSynchronize/cuCtxPushCurrent_v2/cuCtxPopCurrent_v2)", cfg->real_libcuda);

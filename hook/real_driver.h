@@ -36,6 +36,13 @@ typedef struct gs_cuda_calls {
     CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
     CUresult (*cuEventDestroy)(CUevent ev);
     CUresult (*cuDeviceGetUuid)(unsigned char uuid[16], CUdevice dev);
+    /* stream capture (stream_capture.c) */
+    CUresult (*cuStreamIsCapturing)(CUstream stream, CUstreamCaptureStatus *status);
+    CUresult (*cuStreamIsCapturing_ptsz)(CUstream stream, CUstreamCaptureStatus *status);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *mode);
+    /* pools (memory_pools.c) */
+    CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
 } gs_cuda_calls;
 extern gs_cuda_calls gs_cu;
 
