@@ -95,6 +95,31 @@
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0, CUDA, PLAIN, mipmapped_array_create, CUresult, \
       (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc, unsigned int numMipmapLevels), \
       (pHandle, pDesc, numMipmapLevels)) \
+    X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0, CUDA, PLAIN, mem_retain_handle, CUresult, \
+      (CUmemGenericAllocationHandle *handle, void *addr), (handle, addr)) \
+    X(cuMemMap, cuMemMap, 10020, 0, CUDA, PLAIN, mem_map, CUresult, \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags), \
+      (ptr, size, offset, handle, flags)) \
+    X(cuMemUnmap, cuMemUnmap, 10020, 0, CUDA, PLAIN, mem_unmap, CUresult, (CUdeviceptr ptr, size_t size), (ptr, size)) \
+    /* contexts: their hidden memory (GSLICE_CONTEXT_RESERVE_MIB) and teardown */ \
+    X(cuCtxCreate_v2, cuCtxCreate, 3020, 0, CUDA, PLAIN, ctx_create, CUresult, \
+      (CUcontext *pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev)) \
+    X(cuCtxCreate_v3, cuCtxCreate, 11040, 0, CUDA, PLAIN, ctx_create_v3, CUresult, \
+      (CUcontext *pctx, CUexecAffinityParam *params, int numParams, unsigned int flags, CUdevice dev), \
+      (pctx, params, numParams, flags, dev)) \
+    X(cuCtxCreate_v4, cuCtxCreate, 12050, 0, CUDA, PLAIN, ctx_create_v4, CUresult, \
+      (CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev), (pctx, params, flags, dev)) \
+    X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0, CUDA, PLAIN, ctx_destroy, CUresult, (CUcontext ctx), (ctx)) \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0, CUDA, PLAIN, primary_retain, CUresult, \
+      (CUcontext *pctx, CUdevice dev), (pctx, dev)) \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0, CUDA, PLAIN, primary_release, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0, CUDA, PLAIN, primary_release, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0, CUDA, PLAIN, primary_reset, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0, CUDA, PLAIN, primary_reset, CUresult, \
+      (CUdevice dev), (dev)) \
     /* frees */ \
     X(cuMemFree, cuMemFree, 2000, 0, CUDA, PLAIN, mem_free_v1, CUresult, (unsigned int dptr), (dptr)) \
     X(cuMemFree_v2, cuMemFree, 3020, 0, CUDA, PLAIN, mem_free, CUresult, (CUdeviceptr dptr), (dptr)) \

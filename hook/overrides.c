@@ -7,6 +7,7 @@
  * queries). */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -132,22 +133,29 @@ static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstre
 
 /* ---------------- allocations: reserve first, then the real call ---------------- */
 
-/* Reserve for an allocation; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
-static bool alloc_reserve(gs_slot **slot, uint64_t bytes, const char *what, bool *reserved)
+/* Reserve bytes on slot's account; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
+static bool reserve_on(gs_slot *slot, uint64_t bytes, const char *what, bool *reserved)
 {
     *reserved = false;
-    *slot = gs_shim_slot_for_allocation();
-    if (!*slot)
+    if (!slot)
         return true;
-    int r = gs_ledger_reserve(&(*slot)->ledger, bytes, what);
+    int r = gs_ledger_reserve(&slot->ledger, bytes, what);
     if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE)
         return false;
     *reserved = r == GS_RESERVE_GRANTED;
     return true;
 }
 
+/* Reserve for an allocation in the current context. */
+static bool alloc_reserve(gs_slot **slot, CUcontext *ctx, uint64_t bytes, const char *what, bool *reserved)
+{
+    *slot = gs_shim_slot_for_allocation(ctx);
+    return reserve_on(*slot, bytes, what, reserved);
+}
+
 /* After the real call: track it, or give the reservation back. */
-static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key, uint64_t bytes, bool reserved)
+static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key, uint64_t bytes, bool reserved,
+                             CUcontext ctx)
 {
     if (!slot)
         return rc;
@@ -156,7 +164,8 @@ static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key,
             gs_ledger_give_back(&slot->ledger, bytes);
         return rc;
     }
-    gs_ledger_track(kind, key, &slot->ledger, bytes, reserved);
+    gs_ledger_entry entry = {&slot->ledger, bytes, reserved, ctx};
+    gs_ledger_track(kind, key, &entry);
     return rc;
 }
 
@@ -165,12 +174,13 @@ static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key,
     if (!fn)                                                                           \
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     gs_slot *slot;                                                                     \
+    CUcontext ctx;                                                                     \
     bool reserved;                                                                     \
     uint64_t want = (bytes);                                                           \
-    if (!alloc_reserve(&slot, want, what, &reserved))                                  \
+    if (!alloc_reserve(&slot, &ctx, want, what, &reserved))                            \
         return CUDA_ERROR_OUT_OF_MEMORY;                                               \
     CUresult rc = fn call_args;                                                        \
-    return alloc_finish(slot, rc, kind, rc == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0, want, reserved);
+    return alloc_finish(slot, rc, kind, rc == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0, want, reserved, ctx);
 
 static inline CUresult impl_mem_alloc_v1(void *const *real_slot, int ptsz, unsigned int *dptr,
                                          unsigned int bytesize)
@@ -209,12 +219,64 @@ static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz
                   (dptr, bytesize, pool, hStream), GS_ALLOC_DEVICE_PTR, *dptr)
 }
 
+/* Virtual memory: charged at creation for device locations only, to the
+ * device the location names (host / host-NUMA memory is not device
+ * memory). The handle keeps its charge until every reference is released
+ * and every mapping unmapped (memory_ledger.h). */
 static inline CUresult impl_mem_create(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
                                        size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemCreate, "cuMemCreate", size, (handle, size, prop, flags), GS_ALLOC_VMM_HANDLE,
-                  *handle)
+    gs_pfn_cuMemCreate fn = (gs_pfn_cuMemCreate)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return fn(handle, size, prop, flags);
+    gs_slot *slot = gs_slot_for_device(prop->location.id);
+    bool reserved;
+    if (!reserve_on(slot, size, "cuMemCreate", &reserved))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = fn(handle, size, prop, flags);
+    return alloc_finish(slot, rc, GS_ALLOC_VMM_HANDLE, rc == CUDA_SUCCESS ? (uint64_t)*handle : 0, size, reserved,
+                        NULL);
+}
+
+static inline CUresult impl_mem_retain_handle(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
+                                              void *addr)
+{
+    (void)ptsz;
+    gs_pfn_cuMemRetainAllocationHandle fn = (gs_pfn_cuMemRetainAllocationHandle)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(handle, addr);
+    if (rc == CUDA_SUCCESS && handle && gs_shim_metered())
+        gs_ledger_vmm_retain(*handle);   /* the same handle value, one more reference */
+    return rc;
+}
+
+static inline CUresult impl_mem_map(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size, size_t offset,
+                                    CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    (void)ptsz;
+    gs_pfn_cuMemMap fn = (gs_pfn_cuMemMap)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(ptr, size, offset, handle, flags);
+    if (rc == CUDA_SUCCESS && gs_shim_metered())
+        gs_ledger_vmm_mapped(ptr, size, handle);
+    return rc;
+}
+
+static inline CUresult impl_mem_unmap(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size)
+{
+    (void)ptsz;
+    gs_pfn_cuMemUnmap fn = (gs_pfn_cuMemUnmap)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(ptr, size);
+    if (rc == CUDA_SUCCESS && gs_shim_metered())
+        gs_ledger_vmm_unmapped(ptr, size);
+    return rc;
 }
 
 static uint64_t array_bytes(size_t width, size_t height, size_t depth, unsigned int channels,
@@ -277,13 +339,14 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
     if (!fn)
         return CUDA_ERROR_NOT_INITIALIZED;
     gs_slot *slot;
+    CUcontext ctx;
     bool reserved;
     uint64_t worst = ((uint64_t)WidthInBytes + 511u) / 512u * 512u * (uint64_t)Height;
-    if (!alloc_reserve(&slot, worst, "cuMemAllocPitch", &reserved))
+    if (!alloc_reserve(&slot, &ctx, worst, "cuMemAllocPitch", &reserved))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (rc != CUDA_SUCCESS || !slot)
-        return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved);
+        return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved, ctx);
     uint64_t actual = (uint64_t)*pPitch * (uint64_t)Height;
     if (reserved && actual < worst) {
         gs_ledger_give_back(&slot->ledger, worst - actual);
@@ -297,8 +360,7 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    gs_ledger_track(GS_ALLOC_DEVICE_PTR, *dptr, &slot->ledger, reserved ? actual : worst, reserved);
-    return rc;
+    return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, *dptr, reserved ? actual : worst, reserved, ctx);
 }
 
 /* ---------------- frees: forget first, give back after ---------------- */
@@ -312,15 +374,13 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     if (!gs_shim_metered())                                                            \
         return fn call_args;                                                           \
-    gs_ledger_account *account = NULL;                                                 \
-    uint64_t bytes = 0;                                                                \
-    bool reserved = false;                                                             \
-    bool known = gs_ledger_take(kind, (uint64_t)(key), &account, &bytes, &reserved);   \
+    gs_ledger_entry entry;                                                             \
+    bool known = gs_ledger_take(kind, (uint64_t)(key), &entry);                        \
     CUresult rc = fn call_args;                                                        \
-    if (known && rc == CUDA_SUCCESS && reserved)                                       \
-        gs_ledger_give_back(account, bytes);                                           \
+    if (known && rc == CUDA_SUCCESS && entry.reserved)                                 \
+        gs_ledger_give_back(entry.account, entry.bytes);                               \
     else if (known && rc != CUDA_SUCCESS)                                              \
-        gs_ledger_track(kind, (uint64_t)(key), account, bytes, reserved);              \
+        gs_ledger_track(kind, (uint64_t)(key), &entry);                                \
     return rc;
 
 static inline CUresult impl_mem_free_v1(void *const *real_slot, int ptsz, unsigned int dptr)
@@ -341,10 +401,25 @@ static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUd
     GS_FREE_CORE(gs_pfn_cuMemFreeAsync, GS_ALLOC_DEVICE_PTR, dptr, (dptr, hStream))
 }
 
+/* One reference dropped; the charge goes when no reference and no mapping
+ * is left (release right after map is a common, legal pattern). */
 static inline CUresult impl_mem_release(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle handle)
 {
     (void)ptsz;
-    GS_FREE_CORE(gs_pfn_cuMemRelease, GS_ALLOC_VMM_HANDLE, handle, (handle))
+    gs_pfn_cuMemRelease fn = (gs_pfn_cuMemRelease)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered())
+        return fn(handle);
+    bool freed = false;
+    gs_ledger_entry entry;
+    bool known = gs_ledger_vmm_release(handle, &freed, &entry);
+    CUresult rc = fn(handle);
+    if (known && rc != CUDA_SUCCESS)
+        gs_ledger_vmm_unrelease(handle, freed, &entry);
+    else if (known && freed && entry.reserved)
+        gs_ledger_give_back(entry.account, entry.bytes);
+    return rc;
 }
 
 static inline CUresult impl_array_destroy(void *const *real_slot, int ptsz, CUarray hArray)
@@ -357,6 +432,148 @@ static inline CUresult impl_mipmapped_array_destroy(void *const *real_slot, int 
 {
     (void)ptsz;
     GS_FREE_CORE(gs_pfn_cuMipmappedArrayDestroy, GS_ALLOC_MIPMAPPED, (uintptr_t)h, (h))
+}
+
+/* ---------------- contexts: their hidden memory, and teardown ---------------- */
+
+/* Each context costs device memory no allocation call shows (context
+ * state, module code, device heap and stacks): GSLICE_CONTEXT_RESERVE_MIB
+ * is charged per context, on the device's account, before the context is
+ * made. Destroying a context (or the last release / a reset of a primary
+ * context) frees its allocations in the driver without free calls: their
+ * entries go too. */
+static CUresult context_made(gs_slot *slot, CUresult rc, CUcontext ctx, bool reserved)
+{
+    uint64_t bytes = gs_config_get()->context_reserve;
+    if (!slot)
+        return rc;
+    if (rc != CUDA_SUCCESS) {
+        if (reserved)
+            gs_ledger_give_back(&slot->ledger, bytes);
+        return rc;
+    }
+    gs_ledger_entry entry = {&slot->ledger, bytes, reserved, ctx};
+    gs_ledger_track(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry);
+    return rc;
+}
+
+static void context_gone(CUcontext ctx)
+{
+    gs_ledger_entry entry;
+    if (gs_ledger_take(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry) && entry.reserved)
+        gs_ledger_give_back(entry.account, entry.bytes);
+    gs_ledger_release_context(ctx);
+}
+
+#define GS_CTX_CREATE_CORE(pfn_type, call_args, dev)                                   \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    gs_slot *slot = gs_shim_metered() ? gs_slot_for_device(dev) : NULL;                \
+    bool reserved;                                                                     \
+    if (!reserve_on(slot, gs_config_get()->context_reserve, "context (GSLICE_CONTEXT_RESERVE_MIB)", &reserved)) \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                               \
+    CUresult rc = fn call_args;                                                        \
+    return context_made(slot, rc, rc == CUDA_SUCCESS && pctx ? *pctx : NULL, reserved);
+
+static inline CUresult impl_ctx_create(void *const *real_slot, int ptsz, CUcontext *pctx, unsigned int flags,
+                                       CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v2, (pctx, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_create_v3(void *const *real_slot, int ptsz, CUcontext *pctx,
+                                          CUexecAffinityParam *params, int numParams, unsigned int flags,
+                                          CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v3, (pctx, params, numParams, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_create_v4(void *const *real_slot, int ptsz, CUcontext *pctx,
+                                          CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v4, (pctx, params, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_destroy(void *const *real_slot, int ptsz, CUcontext ctx)
+{
+    (void)ptsz;
+    gs_pfn_cuCtxDestroy_v2 fn = (gs_pfn_cuCtxDestroy_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(ctx);
+    if (rc == CUDA_SUCCESS && gs_shim_metered())
+        context_gone(ctx);
+    return rc;
+}
+
+/* Primary contexts: made at the first retain, destroyed at the last
+ * release; what this process retained, per device. */
+#define GS_MAX_DEVICES 64
+static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned primary_retains[GS_MAX_DEVICES];
+static CUcontext primary_ctx[GS_MAX_DEVICES];
+
+static inline CUresult impl_primary_retain(void *const *real_slot, int ptsz, CUcontext *pctx, CUdevice dev)
+{
+    (void)ptsz;
+    gs_pfn_cuDevicePrimaryCtxRetain fn = (gs_pfn_cuDevicePrimaryCtxRetain)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || dev < 0 || dev >= GS_MAX_DEVICES)
+        return fn(pctx, dev);
+    pthread_mutex_lock(&primary_mu);
+    bool first = primary_retains[dev] == 0;
+    gs_slot *slot = first ? gs_slot_for_device(dev) : NULL;
+    bool reserved;
+    if (!reserve_on(slot, gs_config_get()->context_reserve, "primary context (GSLICE_CONTEXT_RESERVE_MIB)",
+                    &reserved)) {
+        pthread_mutex_unlock(&primary_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = fn(pctx, dev);
+    if (rc == CUDA_SUCCESS) {
+        primary_retains[dev]++;
+        primary_ctx[dev] = pctx ? *pctx : NULL;
+    }
+    context_made(slot, rc, rc == CUDA_SUCCESS && pctx ? *pctx : NULL, reserved);
+    pthread_mutex_unlock(&primary_mu);
+    return rc;
+}
+
+/* release: 1 for cuDevicePrimaryCtxRelease (the last one destroys the
+ * context), 0 for cuDevicePrimaryCtxReset (frees its allocations). */
+static CUresult primary_release_or_reset(void *const *real_slot, CUdevice dev, bool release)
+{
+    gs_pfn_cuDevicePrimaryCtxRelease_v2 fn = (gs_pfn_cuDevicePrimaryCtxRelease_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || dev < 0 || dev >= GS_MAX_DEVICES)
+        return fn(dev);
+    pthread_mutex_lock(&primary_mu);
+    CUresult rc = fn(dev);
+    CUcontext ctx = primary_ctx[dev];
+    if (rc == CUDA_SUCCESS && ctx) {
+        if (!release)
+            gs_ledger_release_context(ctx);
+        else if (primary_retains[dev] > 0 && --primary_retains[dev] == 0)
+            context_gone(ctx);
+    }
+    pthread_mutex_unlock(&primary_mu);
+    return rc;
+}
+
+static inline CUresult impl_primary_release(void *const *real_slot, int ptsz, CUdevice dev)
+{
+    (void)ptsz;
+    return primary_release_or_reset(real_slot, dev, true);
+}
+
+static inline CUresult impl_primary_reset(void *const *real_slot, int ptsz, CUdevice dev)
+{
+    (void)ptsz;
+    return primary_release_or_reset(real_slot, dev, false);
 }
 
 /* ---------------- memory queries: the group's view ---------------- */

@@ -115,11 +115,13 @@ void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresul
     }
 }
 
-gs_slot *gs_shim_slot_for_allocation(void)
+gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx)
 {
+    if (ctx)
+        *ctx = NULL;
     if (!gs_shim_metered())
         return NULL;
-    return gs_slot_for_current_context(NULL);
+    return gs_slot_for_current_context(ctx);
 }
 
 __attribute__((destructor)) static void shim_exit(void)
