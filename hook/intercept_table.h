@@ -95,6 +95,8 @@
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0, CUDA, PLAIN, mipmapped_array_create, CUresult, \
       (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc, unsigned int numMipmapLevels), \
       (pHandle, pDesc, numMipmapLevels)) \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0, CUDA, PLAIN, mem_pool_trim, CUresult, \
+      (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep)) \
     X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0, CUDA, PLAIN, mem_retain_handle, CUresult, \
       (CUmemGenericAllocationHandle *handle, void *addr), (handle, addr)) \
     X(cuMemMap, cuMemMap, 10020, 0, CUDA, PLAIN, mem_map, CUresult, \

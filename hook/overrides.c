@@ -16,6 +16,7 @@
 #include "intercept_table.h"
 #include "log.h"
 #include "memory_ledger.h"
+#include "memory_pools.h"
 #include "real_driver.h"
 #include "shim.h"
 #include "stream_capture.h"
@@ -203,20 +204,48 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
                   GS_ALLOC_DEVICE_PTR, *dptr)
 }
 
+/* Stream-ordered allocations are charged by the pool's footprint
+ * (memory_pools.h): the growth the pool needs before the call, the pool's
+ * real footprint after it. */
+#define GS_POOL_ALLOC_CORE(pfn_type, call_args, pool_expr)                             \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    gs_slot *slot = gs_shim_slot_for_allocation(NULL);                                 \
+    if (!slot)                                                                         \
+        return fn call_args;                                                           \
+    CUmemoryPool from = (pool_expr);                                                   \
+    if (from && !gs_pool_charge_growth(&slot->ledger, from, bytesize))                 \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                               \
+    CUresult rc = fn call_args;                                                        \
+    gs_pools_reconcile();                                                              \
+    return rc;
+
 static inline CUresult impl_mem_alloc_async(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
                                             size_t bytesize, CUstream hStream)
 {
-    (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemAllocAsync, "cuMemAllocAsync", bytesize, (dptr, bytesize, hStream),
-                  GS_ALLOC_DEVICE_PTR, *dptr)
+    GS_POOL_ALLOC_CORE(gs_pfn_cuMemAllocAsync, (dptr, bytesize, hStream), gs_pool_current())
 }
 
 static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
                                                 size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    GS_POOL_ALLOC_CORE(gs_pfn_cuMemAllocFromPoolAsync, (dptr, bytesize, pool, hStream), pool)
+}
+
+/* The pool gives memory back when it trims (or at a synchronisation above
+ * its release threshold, seen at the next pool operation or query). */
+static inline CUresult impl_mem_pool_trim(void *const *real_slot, int ptsz, CUmemoryPool pool, size_t minBytesToKeep)
+{
     (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", bytesize,
-                  (dptr, bytesize, pool, hStream), GS_ALLOC_DEVICE_PTR, *dptr)
+    gs_pfn_cuMemPoolTrimTo fn = (gs_pfn_cuMemPoolTrimTo)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(pool, minBytesToKeep);
+    if (gs_shim_metered())
+        gs_pools_reconcile();
+    return rc;
 }
 
 /* Virtual memory: charged at creation for device locations only, to the
@@ -398,7 +427,13 @@ static inline CUresult impl_mem_free(void *const *real_slot, int ptsz, CUdevicep
 static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUdeviceptr dptr, CUstream hStream)
 {
     (void)ptsz;
-    GS_FREE_CORE(gs_pfn_cuMemFreeAsync, GS_ALLOC_DEVICE_PTR, dptr, (dptr, hStream))
+    gs_pfn_cuMemFreeAsync fn = (gs_pfn_cuMemFreeAsync)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = fn(dptr, hStream);
+    if (gs_shim_metered())
+        gs_pools_reconcile();   /* the block went back to its pool, which may keep it */
+    return rc;
 }
 
 /* One reference dropped; the charge goes when no reference and no mapping
@@ -604,6 +639,7 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     CUresult rc = fn(free_bytes, total_bytes);
     if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
         return rc;
+    gs_pools_reconcile();
     uint64_t total, left;
     if (group_view(gs_slot_for_current_context(NULL), *total_bytes, *free_bytes, &total, &left, NULL)) {
         *total_bytes = (size_t)total;
@@ -666,6 +702,8 @@ static bool nvml_group_view(nvmlDevice_t device, unsigned long long *total, unsi
                             unsigned long long *used_bytes)
 {
     uint64_t view_total, left, used;
+    if (gs_shim_metered())
+        gs_pools_reconcile();
     if (!gs_shim_metered() ||
         !group_view(gs_slot_for_nvml_device(device), *total, *free_bytes, &view_total, &left, &used))
         return false;

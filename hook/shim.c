@@ -12,6 +12,7 @@
 #include "config.h"
 #include "log.h"
 #include "memory_ledger.h"
+#include "memory_pools.h"
 #include "real_driver.h"
 #include "stream_capture.h"
 
@@ -37,6 +38,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     gs_ledger_fork_child();
+    gs_pools_fork_child();
     gs_slots_fork_child();
     gs_tls_generation = UINT32_MAX;
     gs_tls_countdown = 0;

@@ -1,0 +1,93 @@
+"""Memory routes real frameworks use, under the shim on the strict
+simulated GPU with the real tokend: virtual memory (PyTorch expandable
+segments, NCCL), stream-ordered pools (cudaMallocAsync, RMM), context
+teardown, and the memory every context costs (two groups whose quotas add
+up to the GPU's memory, four processes each, never see a real
+out-of-memory error)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shim_harness import PROGRAMS, ROOT, group_env, parse_kv, wait_for_line
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def memory_probe(tmp_path_factory, sim_lib_dir) -> Path:
+    out = tmp_path_factory.mktemp("memory") / "memory_probe"
+    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "memory_probe.c"),
+                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
+    return out
+
+
+def run_probe(runner, tokend, memory_probe, mode, **extra):
+    created = tokend.admin().create_group("g", request=0.5, memory="2GiB")
+    env = runner.env(**group_env(tokend, "g", created.secret), **extra)
+    r = subprocess.run([str(memory_probe), mode], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    return parse_kv(r.stdout)
+
+
+def test_vmm_charge_stays_until_unmap_and_retains_give_nothing_back_early(runner, tokend, memory_probe):
+    out = run_probe(runner, tokend, memory_probe, "vmm")
+    assert out["after_create"] == str(64 * MiB)
+    assert out["same_handle"] == "1"
+    assert out["after_retain_release"] == str(64 * MiB)        # a retain/release pair gives nothing back
+    assert out["after_release_while_mapped"] == str(64 * MiB)  # released while mapped: still held
+    assert out["after_unmap"] == "0"
+    assert out["after_host_numa_create"] == "0"                # host NUMA memory is not device memory
+
+
+def test_pool_primed_then_freed_keeps_its_charge_until_trimmed(runner, tokend, memory_probe):
+    out = run_probe(runner, tokend, memory_probe, "pool")
+    assert out["after_prime"] == str(128 * MiB)
+    assert out["after_free"] == str(128 * MiB)    # the pool keeps what it reserved (threshold: everything)
+    assert out["after_reuse"] == str(128 * MiB)   # reuse takes no new memory
+    assert out["after_trim"] == "0"
+
+
+def test_context_teardown_gives_its_allocations_and_reserve_back(runner, tokend, memory_probe):
+    out = run_probe(runner, tokend, memory_probe, "teardown", GSLICE_CONTEXT_RESERVE_MIB=100)
+    start = int(out["start"])
+    assert start == 100 * MiB                                   # the primary context's reserve
+    assert int(out["created_with_alloc"]) == start + 100 * MiB + 64 * MiB
+    assert int(out["after_destroy"]) == start
+    assert int(out["primary_with_alloc"]) == start + 64 * MiB
+    assert int(out["after_reset"]) == start                     # reset freed the primary's allocations
+
+
+@pytest.mark.parametrize("reserve_mib,real_oom_expected", [(300, False), (0, True)])
+def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, reserve_mib, real_oom_expected):
+    """8 GiB GPU, groups of 4 GiB each, 4 processes per group, each context
+    costing 256 MiB the allocation calls never show. With a per-context
+    reserve at least that large, every refusal is the shim's (the group's
+    quota); without one (the old behaviour) the contexts' memory pushes the
+    GPU over and some process gets the driver's own out-of-memory error."""
+    admin = tokend.admin()
+    envs = []
+    for name in "ab":
+        created = admin.create_group(name, request=0.5, memory=str(4 << 30))
+        envs.append(group_env(tokend, name, created.secret, GSLICE_CONTEXT_RESERVE_MIB=reserve_mib,
+                              GSLICE_SIM_CONTEXT_MEMORY=str(256 * MiB), GSLICE_SIM_MEMORY="8GiB"))
+    procs = [runner.start("alloc", "driver", 128 * MiB, 100, "wait", stdin=True, **env) for env in envs
+             for _ in range(4)]
+    results = [parse_kv(wait_for_line(p, "total=", timeout=120, collect=True)) for p in procs]
+    errors = []
+    for p in procs:
+        _, err = p.communicate(timeout=30)   # closes stdin: the process frees and exits
+        errors.append(err)
+    for kv in results:
+        assert int(kv["last_result"]) == 2                      # every process ended at an out-of-memory
+    refused_by_shim = ["refused: group" in err for err in errors]
+    if real_oom_expected:
+        assert not all(refused_by_shim), errors
+    else:
+        assert all(refused_by_shim), errors
+        # each group got (close to) its quota minus its processes' context reserves
+        for group in range(2):
+            got = sum(int(kv["bytes"]) for kv in results[group * 4:(group + 1) * 4])
+            assert got >= (4 << 30) - 4 * reserve_mib * MiB - 4 * 128 * MiB
