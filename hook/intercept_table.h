@@ -13,10 +13,12 @@
  *     impl     the hand-written core in overrides.c both routes call
  *     ret, params, args   the C signature and the forwarded argument list
  *
- * overrides.c expands every row twice: an exported wrapper that calls the
- * pointer dlsym'd from the real library, and a hidden one that calls the
- * pointer the real cuGetProcAddress returned for that row (the two differ
- * on real drivers). Everything not in this table is never seen by gslice. */
+ * overrides.c expands every row three times: an exported wrapper that
+ * calls the pointer dlsym'd from the real library, and hidden ones that
+ * call the pointers the real cuGetProcAddress returned for that row (they
+ * differ from the exported one on real drivers, and a driver may answer a
+ * second pointer for the same row, e.g. for other flags). Everything not
+ * in this table is never seen by gslice. */
 #ifndef GSLICE_INTERCEPT_TABLE_H
 #define GSLICE_INTERCEPT_TABLE_H
 
@@ -168,6 +170,8 @@ extern const gs_intercept_row gs_intercept_rows[GS_ID_COUNT];
 /* Our wrappers: the exported one and the cuGetProcAddress-route one. */
 extern void *const gs_wrapper_exported[GS_ID_COUNT];
 extern void *const gs_wrapper_proc[GS_ID_COUNT];
+/* ... and the one for a second driver pointer of the same row. */
+extern void *const gs_wrapper_alt[GS_ID_COUNT];
 
 /* Row of an exported name, or -1 (not a hot path: dlsym only). */
 int gs_intercept_find(const char *name);

@@ -780,19 +780,32 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     static ret gs_proc_##name params                                                    \
     {                                                                                   \
         return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
+    }                                                                                   \
+    static ret gs_alt_##name params                                                     \
+    {                                                                                   \
+        return impl_##impl(&gs_real_alt[GS_ID_##name], ptsz, GS_UNPAREN args);          \
     }
 
 /* Fast path: real pointer loaded, gate open for this thread's slice ->
  * tail-jump to the driver. Anything else -> the slow twin (same
  * signature, so that is a tail jump too). */
+#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args)            \
+    static __attribute__((noinline, cold)) ret prefix##slow_##name params               \
+    {                                                                                   \
+        return impl_##impl(&slots[GS_ID_##name], ptsz, GS_UNPAREN args);                \
+    }                                                                                   \
+    static ret prefix##name params                                                      \
+    {                                                                                   \
+        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&slots[GS_ID_##name], __ATOMIC_RELAXED); \
+        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+            return fn args;                                                             \
+        return prefix##slow_##name args;                                                \
+    }
+
 #define GS_WRAP_FAST(name, ptsz, impl, ret, params, args)                             \
     static __attribute__((noinline, cold)) ret gs_slow_##name params                    \
     {                                                                                   \
         return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
-    }                                                                                   \
-    static __attribute__((noinline, cold)) ret gs_proc_slow_##name params               \
-    {                                                                                   \
-        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
     }                                                                                   \
     GS_EXPORT ret name params                                                           \
     {                                                                                   \
@@ -801,13 +814,8 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
             return fn args;                                                             \
         return gs_slow_##name args;                                                     \
     }                                                                                   \
-    static ret gs_proc_##name params                                                    \
-    {                                                                                   \
-        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_proc[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
-            return fn args;                                                             \
-        return gs_proc_slow_##name args;                                                \
-    }
+    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args)       \
+    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args)
 
 #define GS_X_WRAPPERS(name, base, version, ptsz, lib, path, impl, ret, params, args)     \
     GS_WRAP_##path(name, ptsz, impl, ret, params, args)
@@ -821,3 +829,7 @@ void *const gs_wrapper_exported[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_EXPORTED
 #define GS_X_PROC(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)gs_proc_##name,
 void *const gs_wrapper_proc[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_PROC)};
 #undef GS_X_PROC
+
+#define GS_X_ALT(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)gs_alt_##name,
+void *const gs_wrapper_alt[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_ALT)};
+#undef GS_X_ALT

@@ -12,6 +12,7 @@
 
 void *gs_real_exported[GS_ID_COUNT];
 void *gs_real_proc[GS_ID_COUNT];
+void *gs_real_alt[GS_ID_COUNT];
 gs_cuda_calls gs_cu;
 gs_nvml_calls gs_nvml;
 

@@ -20,6 +20,9 @@
  * the real cuGetProcAddress answered (set on the cuGetProcAddress route). */
 extern void *gs_real_exported[GS_ID_COUNT];
 extern void *gs_real_proc[GS_ID_COUNT];
+/* A second, different pointer cuGetProcAddress answered for the same row
+ * (e.g. for other flags): metered through a third wrapper. */
+extern void *gs_real_alt[GS_ID_COUNT];
 
 /* Driver calls the shim itself makes (slow paths and the gate keeper). */
 typedef struct gs_cuda_calls {
