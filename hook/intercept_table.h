@@ -71,6 +71,39 @@
       (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
     X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1, CUDA, PLAIN, capture_end, CUresult, \
       (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
+    /* device-side copies and fills: they compete with kernels for the SMs and memory bandwidth, \
+     * so they are gated and their GPU time falls in the group's slices (host<->device copies \
+     * run on the copy engines: not gated) */ \
+    X(cuMemcpy, cuMemcpy, 4000, 0, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpy_ptds, cuMemcpy, 7000, 1, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyAsync, cuMemcpyAsync, 4000, 0, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, 1, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 1, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemsetD8_v2, cuMemsetD8, 3020, 0, CUDA, FAST, fill8, CUresult, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n)) \
+    X(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, 1, CUDA, FAST, fill8, CUresult, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n)) \
+    X(cuMemsetD16_v2, cuMemsetD16, 3020, 0, CUDA, FAST, fill16, CUresult, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n)) \
+    X(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, 1, CUDA, FAST, fill16, CUresult, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n)) \
+    X(cuMemsetD32_v2, cuMemsetD32, 3020, 0, CUDA, FAST, fill32, CUresult, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n)) \
+    X(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, 1, CUDA, FAST, fill32, CUresult, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n)) \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0, CUDA, FAST, fill8_async, CUresult, \
+      (CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, 1, CUDA, FAST, fill8_async, CUresult, \
+      (CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD16Async, cuMemsetD16Async, 3020, 0, CUDA, FAST, fill16_async, CUresult, \
+      (CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, 1, CUDA, FAST, fill16_async, CUresult, \
+      (CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0, CUDA, FAST, fill32_async, CUresult, \
+      (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1, CUDA, FAST, fill32_async, CUresult, \
+      (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \

@@ -97,6 +97,35 @@ static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgra
     GS_LAUNCH_CORE(gs_pfn_cuGraphUpload, hStream, (hGraphExec, hStream))
 }
 
+/* Device-side copies and fills: the launch core with the row's own
+ * function type (synchronous forms run on the legacy / per-thread stream). */
+#define GS_COPY_IMPL(impl, pfn_type, params, stream, call_args)                        \
+    static inline CUresult impl_##impl params                                          \
+    {                                                                                  \
+        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+    }
+GS_COPY_IMPL(copy_sync, gs_pfn_cuMemcpyDtoD_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, (dst, src, n))
+GS_COPY_IMPL(copy_async, gs_pfn_cuMemcpyDtoDAsync_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream),
+             hStream, (dst, src, n, hStream))
+GS_COPY_IMPL(fill8, gs_pfn_cuMemsetD8_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n),
+             NULL, (dst, v, n))
+GS_COPY_IMPL(fill16, gs_pfn_cuMemsetD16_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n), NULL, (dst, v, n))
+GS_COPY_IMPL(fill32, gs_pfn_cuMemsetD32_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n),
+             NULL, (dst, v, n))
+GS_COPY_IMPL(fill8_async, gs_pfn_cuMemsetD8Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+#undef GS_COPY_IMPL
+
 /* ---------------- stream capture: count active captures ---------------- */
 
 #define GS_CAPTURE_CORE(pfn_type, call_args, notify)                                   \

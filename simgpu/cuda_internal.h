@@ -65,6 +65,7 @@ enum sim_item_kind {
     SIM_ITEM_WAIT_EVENT,   /* wait until event ptr reaches generation gen */
     SIM_ITEM_FREE,         /* stream-ordered free of device pointer ptr */
     SIM_ITEM_HOST_FUNC,    /* call ptr(arg) */
+    SIM_ITEM_COPY,         /* copy/fill time: duration_ns, on the engine when count is 1 */
 };
 
 struct sim_stream_item {

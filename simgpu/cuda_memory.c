@@ -832,15 +832,16 @@ static CUresult wait_before_sync_copy(bool ptds) {
     return rc ? rc : sim_stream_synchronize(s);
 }
 
-/* Async forms run in stream order: wait for the stream, then copy. Into a
- * capturing stream the copy is done at once and takes no time (copy and
+/* Async forms: the copy's time is queued on the stream at the call (the
+ * bytes move at once: simulated kernels never touch memory, so no order
+ * is lost). Into a capturing stream the copy takes no time (copy and
  * memset graph nodes are not modelled); *captured says so. */
-static CUresult wait_stream(CUstream hStream, bool ptds, bool *captured) {
+static CUresult stream_capturing(CUstream hStream, bool ptds, bool *captured) {
     struct CUstream_st *s;
     CUresult rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
     *captured = sim_stream_capturing(s);
-    return *captured ? CUDA_SUCCESS : sim_stream_synchronize(s);
+    return CUDA_SUCCESS;
 }
 
 /* Engine time of copies and fills, proportional to their bytes:
@@ -855,48 +856,55 @@ static double gbps_from_env(const char *name, double fallback) {
     return text && *text && *end == '\0' && v > 0 ? v : fallback;
 }
 
-static void spend_copy_time(size_t bytes, bool on_device) {
+/* Queue the copy's time on its stream (the bytes moved at the call): the
+ * stream, cuStreamSynchronize and cuCtxSynchronize wait for it, as for a
+ * kernel. Synchronous forms then wait for it. */
+static CUresult queue_copy_time(CUstream hStream, bool ptds, size_t bytes, bool on_device, bool wait) {
     static double host_gbps, device_gbps;
     if (!host_gbps) {
         host_gbps = gbps_from_env("GSLICE_SIM_COPY_GBPS", 25.0);
         device_gbps = gbps_from_env("GSLICE_SIM_DEVICE_GBPS", 1000.0);
     }
     uint64_t ns = (uint64_t)((double)bytes / (on_device ? device_gbps : host_gbps));
-    if (!ns) return;
-    if (on_device) {
-        struct sim_engine_turn turn = {0, false};
-        sim_engine_run(sim_process.dev, sim_process.slot, ns, &turn, false);
-    } else {
-        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-        nanosleep(&ts, NULL);
-    }
+    if (!ns) return CUDA_SUCCESS;
+    struct CUstream_st *s;
+    CUresult rc = sim_stream_resolve(hStream, ptds, &s);
+    if (rc) return rc;
+    struct sim_stream_item item = {.kind = SIM_ITEM_COPY, .count = on_device ? 1u : 0u, .duration_ns = ns};
+    rc = sim_stream_enqueue(s, &item);
+    return rc || !wait ? rc : sim_stream_synchronize(s);
 }
+
 
 enum copy_direction { HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, ANY_TO_ANY };
 
-static CUresult copy_checked(void *dst, const void *src, size_t bytes, enum copy_direction dir, bool timed) {
+/* The time is queued before the bytes move and waited for after (for the
+ * synchronous forms): like a driver, the call submits at once, so a
+ * synchronisation from another thread covers it. */
+static CUresult copy_checked(void *dst, const void *src, size_t bytes, enum copy_direction dir, CUstream hStream,
+                             bool ptds, bool timed, bool wait) {
     if (!bytes) return CUDA_SUCCESS;
     if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
     bool dst_dev = dir == HOST_TO_DEVICE || dir == DEVICE_TO_DEVICE;
     bool src_dev = dir == DEVICE_TO_HOST || dir == DEVICE_TO_DEVICE;
     if (dst_dev && !device_range((uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
     if (src_dev && !device_range((uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-    memmove(dst, src, bytes);
-    if (timed) {
-        if (dir == ANY_TO_ANY) {
-            dst_dev = device_range((uintptr_t)dst, bytes);
-            src_dev = device_range((uintptr_t)src, bytes);
-        }
-        spend_copy_time(bytes, dst_dev && src_dev);
+    if (dir == ANY_TO_ANY) {
+        dst_dev = device_range((uintptr_t)dst, bytes);
+        src_dev = device_range((uintptr_t)src, bytes);
     }
-    return CUDA_SUCCESS;
+    CUresult rc = timed ? queue_copy_time(hStream, ptds, bytes, dst_dev && src_dev, false) : CUDA_SUCCESS;
+    if (rc) return rc;
+    memmove(dst, src, bytes);
+    return timed && wait ? wait_before_sync_copy(ptds) : CUDA_SUCCESS;
 }
 
+/* Submitted at once (its time queued behind the stream's work), then the
+ * caller waits for it and for the work before it. */
 static CUresult copy_sync(void *dst, const void *src, size_t bytes, enum copy_direction dir, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    rc = wait_before_sync_copy(ptds);
-    return rc ? rc : copy_checked(dst, src, bytes, dir, true);
+    return copy_checked(dst, src, bytes, dir, NULL, ptds, true, true);
 }
 
 static CUresult copy_async(void *dst, const void *src, size_t bytes, enum copy_direction dir, CUstream hStream,
@@ -904,8 +912,8 @@ static CUresult copy_async(void *dst, const void *src, size_t bytes, enum copy_d
     CUresult rc = sim_require_context();
     if (rc) return rc;
     bool captured;
-    rc = wait_stream(hStream, ptds, &captured);
-    return rc ? rc : copy_checked(dst, src, bytes, dir, !captured);
+    rc = stream_capturing(hStream, ptds, &captured);
+    return rc ? rc : copy_checked(dst, src, bytes, dir, hStream, ptds, !captured, false);
 }
 
 #define DPTR(p) ((void *)(uintptr_t)(p))
@@ -951,10 +959,11 @@ static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, 
     CUresult rc = sim_require_context();
     if (rc) return rc;
     bool captured = false;
-    rc = has_stream ? wait_stream(hStream, ptds, &captured) : wait_before_sync_copy(ptds);
-    if (rc) return rc;
+    if (has_stream && (rc = stream_capturing(hStream, ptds, &captured))) return rc;
     if (!n) return CUDA_SUCCESS;
     if (n > SIZE_MAX / width || !device_range(dst, n * width) || dst % width) return CUDA_ERROR_INVALID_VALUE;
+    CUstream stream = has_stream ? hStream : NULL;
+    if (!captured && (rc = queue_copy_time(stream, ptds, n * width, true, false))) return rc;
     unsigned char *p = DPTR(dst);
     if (width == 1) {
         memset(p, (int)(value & 0xff), n);
@@ -964,8 +973,7 @@ static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, 
     } else {
         for (size_t i = 0; i < n; i++) memcpy(p + 4 * i, &value, 4);
     }
-    if (!captured) spend_copy_time(n * width, true);
-    return CUDA_SUCCESS;
+    return captured || has_stream ? CUDA_SUCCESS : wait_before_sync_copy(ptds);
 }
 
 CUresult sim_cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill(d, v, n, 1, false, NULL, false); }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 
@@ -183,6 +184,14 @@ static void run_item(const struct sim_stream_item *item, struct sim_engine_turn 
         break;
     case SIM_ITEM_HOST_FUNC:
         ((CUhostFn)item->ptr)(item->arg);
+        break;
+    case SIM_ITEM_COPY:
+        if (item->count) {
+            sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, false);
+        } else {
+            struct timespec ts = {(time_t)(item->duration_ns / 1000000000ull), (long)(item->duration_ns % 1000000000ull)};
+            nanosleep(&ts, NULL);
+        }
         break;
     }
 }

@@ -99,3 +99,19 @@ def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, res
         for group in range(2):
             got = sum(int(kv["bytes"]) for kv in results[group * 4:(group + 1) * 4])
             assert got >= (4 << 30) - 4 * reserve_mib * MiB - 4 * 128 * MiB
+
+
+def test_device_copies_and_fills_are_gated_and_charged_host_copies_are_not(runner, tokend, memory_probe):
+    """50 x 4 MiB device copies + 50 x 4 MiB fills at 1 GB/s of simulated
+    device bandwidth = ~420 ms of engine time, beside a group that keeps
+    the GPU busy: they wait for tokens and the slices charge that time.
+    Host-to-device copies (copy engines) do not take tokens."""
+    admin = tokend.admin()
+    b = admin.create_group("b", request=0.5, limit=1.0, memory="1GiB")
+    busy = runner.start("loop", "driver", 30, 200_000, 0, **group_env(tokend, "b", b.secret))
+    wait_for_line(busy, "ready=", timeout=30)
+    out = run_probe(runner, tokend, memory_probe, "copies", GSLICE_SIM_DEVICE_GBPS="1", GSLICE_SIM_COPY_GBPS="100")
+    busy.kill()
+    assert int(out["device_copy_slow_entries"]) >= 1
+    assert int(out["device_copy_used_us"]) >= 0.9 * 100 * 4 * MiB / 1e3   # bytes / (1 GB/s) in us
+    assert out["host_copy_slow_entries"] == "0"

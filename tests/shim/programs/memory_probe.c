@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gslice_cuda_abi.h"
 #include "../../../hook/shim_api.h"
@@ -36,6 +37,9 @@ CUresult cuStreamSynchronize(CUstream);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
 CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void *);
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
+CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 
 #define MiB (1ull << 20)
 
@@ -128,6 +132,36 @@ static int run_teardown(void)
     return 0;
 }
 
+/* 50 device-to-device copies and 50 fills of 4 MiB (gated), then host to
+ * device copies (not gated): the gate counters after each part. */
+static int run_copies(void)
+{
+    CUdeviceptr a, b;
+    check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
+    check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
+    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
+    if (stats_fn)
+        stats_fn(&s0);
+    for (int i = 0; i < 50; i++) {
+        check(cuMemcpyDtoD_v2(b, a, 4 * MiB), "cuMemcpyDtoD_v2");
+        check(cuMemsetD32Async(a, 7, MiB, NULL), "cuMemsetD32Async");
+    }
+    check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    usleep(200000);   /* the idle slice ends and is charged */
+    if (stats_fn)
+        stats_fn(&s1);
+    static char host[4 * MiB];
+    for (int i = 0; i < 20; i++)
+        check(cuMemcpyHtoD_v2(a, host, sizeof host), "cuMemcpyHtoD_v2");
+    usleep(200000);
+    if (stats_fn)
+        stats_fn(&s2);
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
+    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -144,5 +178,7 @@ int main(int argc, char **argv)
         return run_pool();
     if (!strcmp(argv[1], "teardown"))
         return run_teardown();
+    if (!strcmp(argv[1], "copies"))
+        return run_copies();
     return 2;
 }
