@@ -175,6 +175,13 @@
       (nvmlDevice_t device, nvmlMemory_t *memory), (device, memory)) \
     X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, 0, NVML, PLAIN, nvml_memory_info_v2, nvmlReturn_t, \
       (nvmlDevice_t device, nvmlMemory_v2_t *memory), (device, memory)) \
+    /* NVML's process listing: inside a group, only the group's processes */ \
+    X(nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRunningProcesses, 0, 0, NVML, PLAIN, nvml_processes_v1, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlDeviceGetComputeRunningProcesses_v2, 0, 0, NVML, PLAIN, nvml_processes, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_v3, 0, 0, NVML, PLAIN, nvml_processes, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
     /* the runtime's route to everything above */ \
     X(cuGetProcAddress, cuGetProcAddress, 11030, 0, CUDA, PLAIN, get_proc_address_v1, CUresult, \
       (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags), (symbol, pfn, cudaVersion, flags)) \

@@ -437,9 +437,11 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     if (pending)
         gs_ledger_flush(a);
     uint64_t q = 0, u = 0, p = 0;
-    int rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);
+    uint32_t pids[256];
+    int n_pids = 0;
+    int rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p, pids, 256, &n_pids);
     if (rc == GS_RPC_UNAVAILABLE && gs_rpc_wait_attached(a->rpc, VIEW_WAIT_MS, NULL))
-        rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);   /* first query of a fresh process */
+        rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p, pids, 256, &n_pids);   /* first query of a fresh process */
     if (rc != GS_RPC_OK) {
         GS_DEBUG("GetMemoryInfo failed (%d: %s); reporting the driver's numbers", rc, gs_rpc_last_error());
         return false;
@@ -448,6 +450,8 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     a->view_quota = q;
     a->view_used = u;
     a->view_physical = p;
+    memcpy(a->view_pids, pids, sizeof(uint32_t) * (size_t)n_pids);
+    a->view_n_pids = n_pids;
     a->view_at_ns = monotonic_ns();
     a->view_valid = true;
     pthread_mutex_unlock(&a->mu);
@@ -455,6 +459,16 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     *used = u;
     *physical = p;
     return true;
+}
+
+bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid)
+{
+    bool found = false;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->view_n_pids && !found; i++)
+        found = a->view_pids[i] == pid;
+    pthread_mutex_unlock(&a->mu);
+    return found;
 }
 
 uint64_t gs_ledger_redeclare(gs_ledger_account *a)

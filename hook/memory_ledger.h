@@ -53,6 +53,8 @@ typedef struct gs_ledger_account {
     uint64_t pending_release;    /* freed here, not yet told to tokend */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     bool view_valid;
+    uint32_t view_pids[256];     /* the group's processes on this GPU (NVML listing) */
+    int view_n_pids;
     uint64_t n_reserved, n_refused, n_flushes, bytes_released;
 } gs_ledger_account;
 
@@ -108,6 +110,8 @@ void gs_ledger_vmm_unmapped(uint64_t va, uint64_t size);
 void gs_ledger_flush(gs_ledger_account *a);
 /* The group's view: quota, used, physical total (false: tokend away). */
 bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint64_t *physical);
+/* Is pid one of the group's processes on this GPU (as of the last view)? */
+bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 /* Bytes this process holds (re-declared at every re-attach); forgets
  * pending releases (the new client never held them). */
 uint64_t gs_ledger_redeclare(gs_ledger_account *a);

@@ -768,6 +768,40 @@ static inline nvmlReturn_t impl_nvml_memory_info_v2(void *const *real_slot, int 
     return rc;
 }
 
+/* NVML's process listing inside a group shows the group's processes only
+ * (tokend's list of the group's clients on this GPU); other devices and
+ * unmetered processes see the driver's list. */
+#define GS_NVML_PROCESSES_CORE(pfn_type)                                               \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_nvml(real_slot);                                      \
+    if (!fn)                                                                           \
+        return NVML_ERROR_FUNCTION_NOT_FOUND;                                          \
+    nvmlReturn_t rc = fn(device, infoCount, infos);                                    \
+    if (rc != NVML_SUCCESS || !infoCount || !infos || !gs_shim_metered())              \
+        return rc;                                                                     \
+    gs_slot *slot = gs_slot_for_nvml_device(device);                                   \
+    uint64_t quota, used, physical;                                                    \
+    if (!slot || !gs_ledger_view(&slot->ledger, &quota, &used, &physical))             \
+        return rc;                                                                     \
+    unsigned int kept = 0;                                                             \
+    for (unsigned int i = 0; i < *infoCount; i++)                                      \
+        if (gs_ledger_group_has_pid(&slot->ledger, infos[i].pid))                      \
+            infos[kept++] = infos[i];                                                  \
+    *infoCount = kept;                                                                 \
+    return rc;
+
+static inline nvmlReturn_t impl_nvml_processes_v1(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                                  unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
+{
+    GS_NVML_PROCESSES_CORE(gs_pfn_nvmlDeviceGetComputeRunningProcesses)
+}
+
+static inline nvmlReturn_t impl_nvml_processes(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                               unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    GS_NVML_PROCESSES_CORE(gs_pfn_nvmlDeviceGetComputeRunningProcesses_v2)
+}
+
 /* ---------------- cuGetProcAddress: the runtime's route ---------------- */
 
 void *gs_route_proc_address(const char *symbol, void *fn, int cuda_version, cuuint64_t flags);

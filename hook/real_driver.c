@@ -119,6 +119,9 @@ static void load_nvml(void)
     }
     resolve_rows(nvml_handle, GS_LIB_NVML);
     gs_nvml.nvmlDeviceGetUUID = first_symbol(nvml_handle, "nvmlDeviceGetUUID", NULL);
+    gs_nvml.nvmlDeviceGetCount = first_symbol(nvml_handle, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
+    gs_nvml.nvmlDeviceGetHandleByIndex =
+        first_symbol(nvml_handle, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
     atomic_store_explicit(&nvml_loaded, 1, memory_order_release);
 }
 

@@ -51,6 +51,8 @@ extern gs_cuda_calls gs_cu;
 
 typedef struct gs_nvml_calls {
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
+    nvmlReturn_t (*nvmlDeviceGetCount)(unsigned int *count);
+    nvmlReturn_t (*nvmlDeviceGetHandleByIndex)(unsigned int index, nvmlDevice_t *device);
 } gs_nvml_calls;
 extern gs_nvml_calls gs_nvml;
 
