@@ -17,6 +17,7 @@
 #include "log.h"
 #include "memory_ledger.h"
 #include "memory_pools.h"
+#include "process_overhead.h"
 #include "real_driver.h"
 #include "shim.h"
 #include "stream_capture.h"
@@ -518,6 +519,7 @@ static CUresult context_made(gs_slot *slot, CUresult rc, CUcontext ctx, bool res
     }
     gs_ledger_entry entry = {&slot->ledger, bytes, reserved, ctx};
     gs_ledger_track(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry);
+    gs_overhead_reconcile(slot);
     return rc;
 }
 
@@ -669,8 +671,10 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
         return rc;
     gs_pools_reconcile();
+    gs_slot *slot = gs_slot_for_current_context(NULL);
+    gs_overhead_reconcile(slot);
     uint64_t total, left;
-    if (group_view(gs_slot_for_current_context(NULL), *total_bytes, *free_bytes, &total, &left, NULL)) {
+    if (group_view(slot, *total_bytes, *free_bytes, &total, &left, NULL)) {
         *total_bytes = (size_t)total;
         *free_bytes = (size_t)left;
     }
@@ -731,10 +735,12 @@ static bool nvml_group_view(nvmlDevice_t device, unsigned long long *total, unsi
                             unsigned long long *used_bytes)
 {
     uint64_t view_total, left, used;
-    if (gs_shim_metered())
-        gs_pools_reconcile();
-    if (!gs_shim_metered() ||
-        !group_view(gs_slot_for_nvml_device(device), *total, *free_bytes, &view_total, &left, &used))
+    if (!gs_shim_metered())
+        return false;
+    gs_pools_reconcile();
+    gs_slot *slot = gs_slot_for_nvml_device(device);
+    gs_overhead_reconcile(slot);
+    if (!group_view(slot, *total, *free_bytes, &view_total, &left, &used))
         return false;
     *total = view_total;
     *free_bytes = left;

@@ -51,6 +51,7 @@ static _Atomic int cuda_loaded;  /* 1 ok, -1 missing */
 static _Atomic int nvml_loaded;
 
 void *gs_real_cuda_handle(void) { return cuda_handle; }
+void *gs_real_nvml_handle(void) { return nvml_handle; }
 
 static void *first_symbol(void *handle, const char *a, const char *b)
 {

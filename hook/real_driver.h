@@ -67,6 +67,7 @@ bool gs_real_cuda_load(void);
 bool gs_real_nvml_load(void);
 /* Handles once loaded (NULL before / when missing). */
 void *gs_real_cuda_handle(void);
+void *gs_real_nvml_handle(void);
 
 /* True while this thread is inside gs_real_*_load (its dlopen may run the
  * driver's constructors, which may call our dlsym). */

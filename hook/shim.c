@@ -13,6 +13,7 @@
 #include "log.h"
 #include "memory_ledger.h"
 #include "memory_pools.h"
+#include "process_overhead.h"
 #include "real_driver.h"
 #include "stream_capture.h"
 
@@ -39,6 +40,7 @@ static void fork_child(void)
 {
     gs_ledger_fork_child();
     gs_pools_fork_child();
+    gs_overhead_fork_child();
     gs_slots_fork_child();
     gs_tls_generation = UINT32_MAX;
     gs_tls_countdown = 0;

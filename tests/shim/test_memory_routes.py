@@ -60,13 +60,15 @@ def test_context_teardown_gives_its_allocations_and_reserve_back(runner, tokend,
     assert int(out["after_reset"]) == start                     # reset freed the primary's allocations
 
 
-@pytest.mark.parametrize("reserve_mib,real_oom_expected", [(300, False), (0, True)])
-def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, reserve_mib, real_oom_expected):
+@pytest.mark.parametrize("reserve_mib", [300, 0])
+def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, reserve_mib):
     """8 GiB GPU, groups of 4 GiB each, 4 processes per group, each context
-    costing 256 MiB the allocation calls never show. With a per-context
-    reserve at least that large, every refusal is the shim's (the group's
-    quota); without one (the old behaviour) the contexts' memory pushes the
-    GPU over and some process gets the driver's own out-of-memory error."""
+    costing 256 MiB that no allocation call shows. Without any charge for
+    it (the shim before this change) the contexts' memory pushed the GPU
+    over and some process got the driver's own out-of-memory error. With a
+    per-context reserve at least that large (300 MiB), or with none (0) and
+    only the reconciliation against NVML's per-process used memory, every
+    refusal is the shim's (the group's quota)."""
     admin = tokend.admin()
     envs = []
     for name in "ab":
@@ -90,11 +92,9 @@ def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, res
         errors.append(err)
     for kv in results:
         assert int(kv["last_result"]) == 2                      # every process ended at an out-of-memory
-    refused_by_shim = ["refused: group" in err for err in errors]
-    if real_oom_expected:
-        assert not all(refused_by_shim), errors
-    else:
-        assert all(refused_by_shim), errors
+    refused_by_shim = ["refused: group" in err or "memory quota" in err for err in errors]
+    assert all(refused_by_shim), errors
+    if reserve_mib:
         # each group got (close to) its quota minus its processes' context reserves
         for group in range(2):
             got = sum(int(kv["bytes"]) for kv in results[group * 4:(group + 1) * 4])
@@ -115,3 +115,12 @@ def test_device_copies_and_fills_are_gated_and_charged_host_copies_are_not(runne
     assert int(out["device_copy_slow_entries"]) >= 1
     assert int(out["device_copy_used_us"]) >= 0.9 * 100 * 4 * MiB / 1e3   # bytes / (1 GB/s) in us
     assert out["host_copy_slow_entries"] == "0"
+
+
+def test_context_memory_beyond_the_reserve_is_charged_from_nvml(runner, tokend, memory_probe):
+    """The simulated context costs 512 MiB, the shim's reserve is 100 MiB:
+    at the next memory query the charge follows NVML's per-process used
+    memory (context + allocation), not the reserve."""
+    out = run_probe(runner, tokend, memory_probe, "overhead", GSLICE_CONTEXT_RESERVE_MIB=100,
+                    GSLICE_SIM_CONTEXT_MEMORY=str(512 * MiB))
+    assert int(out["after_query"]) == 512 * MiB + 64 * MiB

@@ -24,6 +24,7 @@ CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
@@ -162,6 +163,18 @@ static int run_copies(void)
     return 0;
 }
 
+/* A context that costs more than the shim's reserve: after a memory query
+ * the charge follows NVML's per-process used memory. */
+static int run_overhead(void)
+{
+    CUdeviceptr p;
+    check(cuMemAlloc_v2(&p, 64 * MiB), "cuMemAlloc_v2");
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -178,6 +191,8 @@ int main(int argc, char **argv)
         return run_pool();
     if (!strcmp(argv[1], "teardown"))
         return run_teardown();
+    if (!strcmp(argv[1], "overhead"))
+        return run_overhead();
     if (!strcmp(argv[1], "copies"))
         return run_copies();
     return 2;
