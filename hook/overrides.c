@@ -92,6 +92,18 @@ static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgra
     GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
 }
 
+/* Calls whose success changes what the ledger must know, after the fact. */
+#define GS_AFTER_CORE(pfn_type, call_args, after)                                      \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    CUresult rc = fn call_args;                                                        \
+    if (rc == CUDA_SUCCESS && gs_shim_metered()) {                                     \
+        after;                                                                         \
+    }                                                                                  \
+    return rc;
+
 /* cuGraphUpload puts the graph's work in place on the stream: gated like a launch. */
 static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -268,14 +280,7 @@ static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz
  * its release threshold, seen at the next pool operation or query). */
 static inline CUresult impl_mem_pool_trim(void *const *real_slot, int ptsz, CUmemoryPool pool, size_t minBytesToKeep)
 {
-    (void)ptsz;
-    gs_pfn_cuMemPoolTrimTo fn = (gs_pfn_cuMemPoolTrimTo)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(pool, minBytesToKeep);
-    if (gs_shim_metered())
-        gs_pools_reconcile();
-    return rc;
+    GS_AFTER_CORE(gs_pfn_cuMemPoolTrimTo, (pool, minBytesToKeep), gs_pools_reconcile())
 }
 
 /* Virtual memory: charged at creation for device locations only, to the
@@ -303,39 +308,19 @@ static inline CUresult impl_mem_create(void *const *real_slot, int ptsz, CUmemGe
 static inline CUresult impl_mem_retain_handle(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
                                               void *addr)
 {
-    (void)ptsz;
-    gs_pfn_cuMemRetainAllocationHandle fn = (gs_pfn_cuMemRetainAllocationHandle)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(handle, addr);
-    if (rc == CUDA_SUCCESS && handle && gs_shim_metered())
-        gs_ledger_vmm_retain(*handle);   /* the same handle value, one more reference */
-    return rc;
+    /* the same handle value, one more reference */
+    GS_AFTER_CORE(gs_pfn_cuMemRetainAllocationHandle, (handle, addr), if (handle) gs_ledger_vmm_retain(*handle))
 }
 
 static inline CUresult impl_mem_map(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size, size_t offset,
                                     CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    (void)ptsz;
-    gs_pfn_cuMemMap fn = (gs_pfn_cuMemMap)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(ptr, size, offset, handle, flags);
-    if (rc == CUDA_SUCCESS && gs_shim_metered())
-        gs_ledger_vmm_mapped(ptr, size, handle);
-    return rc;
+    GS_AFTER_CORE(gs_pfn_cuMemMap, (ptr, size, offset, handle, flags), gs_ledger_vmm_mapped(ptr, size, handle))
 }
 
 static inline CUresult impl_mem_unmap(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size)
 {
-    (void)ptsz;
-    gs_pfn_cuMemUnmap fn = (gs_pfn_cuMemUnmap)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(ptr, size);
-    if (rc == CUDA_SUCCESS && gs_shim_metered())
-        gs_ledger_vmm_unmapped(ptr, size);
-    return rc;
+    GS_AFTER_CORE(gs_pfn_cuMemUnmap, (ptr, size), gs_ledger_vmm_unmapped(ptr, size))
 }
 
 static uint64_t array_bytes(size_t width, size_t height, size_t depth, unsigned int channels,
@@ -456,14 +441,8 @@ static inline CUresult impl_mem_free(void *const *real_slot, int ptsz, CUdevicep
 
 static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUdeviceptr dptr, CUstream hStream)
 {
-    (void)ptsz;
-    gs_pfn_cuMemFreeAsync fn = (gs_pfn_cuMemFreeAsync)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(dptr, hStream);
-    if (gs_shim_metered())
-        gs_pools_reconcile();   /* the block went back to its pool, which may keep it */
-    return rc;
+    /* the block went back to its pool, which may keep it */
+    GS_AFTER_CORE(gs_pfn_cuMemFreeAsync, (dptr, hStream), gs_pools_reconcile())
 }
 
 /* One reference dropped; the charge goes when no reference and no mapping
@@ -509,17 +488,10 @@ static inline CUresult impl_mipmapped_array_destroy(void *const *real_slot, int 
  * entries go too. */
 static CUresult context_made(gs_slot *slot, CUresult rc, CUcontext ctx, bool reserved)
 {
-    uint64_t bytes = gs_config_get()->context_reserve;
-    if (!slot)
-        return rc;
-    if (rc != CUDA_SUCCESS) {
-        if (reserved)
-            gs_ledger_give_back(&slot->ledger, bytes);
-        return rc;
-    }
-    gs_ledger_entry entry = {&slot->ledger, bytes, reserved, ctx};
-    gs_ledger_track(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry);
-    gs_overhead_reconcile(slot);
+    rc = alloc_finish(slot, rc, GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, gs_config_get()->context_reserve,
+                      reserved, ctx);
+    if (slot && rc == CUDA_SUCCESS)
+        gs_overhead_reconcile(slot);
     return rc;
 }
 
@@ -564,14 +536,7 @@ static inline CUresult impl_ctx_create_v4(void *const *real_slot, int ptsz, CUco
 
 static inline CUresult impl_ctx_destroy(void *const *real_slot, int ptsz, CUcontext ctx)
 {
-    (void)ptsz;
-    gs_pfn_cuCtxDestroy_v2 fn = (gs_pfn_cuCtxDestroy_v2)real_cuda(real_slot);
-    if (!fn)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = fn(ctx);
-    if (rc == CUDA_SUCCESS && gs_shim_metered())
-        context_gone(ctx);
-    return rc;
+    GS_AFTER_CORE(gs_pfn_cuCtxDestroy_v2, (ctx), context_gone(ctx))
 }
 
 /* Primary contexts: made at the first retain, destroyed at the last
