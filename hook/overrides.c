@@ -546,6 +546,14 @@ static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned primary_retains[GS_MAX_DEVICES];
 static CUcontext primary_ctx[GS_MAX_DEVICES];
 
+/* fork(): the child has no contexts (its first retain makes one again). */
+void gs_contexts_fork_child(void)
+{
+    pthread_mutex_init(&primary_mu, NULL);
+    memset(primary_retains, 0, sizeof primary_retains);
+    memset(primary_ctx, 0, sizeof primary_ctx);
+}
+
 static inline CUresult impl_primary_retain(void *const *real_slot, int ptsz, CUcontext *pctx, CUdevice dev)
 {
     (void)ptsz;

@@ -41,6 +41,7 @@ static void fork_child(void)
     gs_ledger_fork_child();
     gs_pools_fork_child();
     gs_overhead_fork_child();
+    gs_contexts_fork_child();
     gs_slots_fork_child();
     gs_tls_generation = UINT32_MAX;
     gs_tls_countdown = 0;

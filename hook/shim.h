@@ -22,6 +22,9 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz) __attribute
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
     __attribute__((noinline, cold));
 
+/* fork(): forget this process's primary-context retains (overrides.c). */
+void gs_contexts_fork_child(void);
+
 /* The memory account for an allocation in the current context (returned
  * in *ctx when not NULL); NULL when not metered. */
 gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx);
