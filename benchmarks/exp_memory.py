@@ -39,7 +39,9 @@ def race_trial(exp: SharingExperiment, group: str, processes: int, chunk_mib: in
 
 def memory_races(trials: int = 20) -> Result:
     result = Result("memory_races", device="simulated GPU")
-    with SharingExperiment(gpu="sim") as exp:
+    # Races between allocations only: no per-context reserve (the simulated
+    # contexts cost nothing here; context charges are tested in tests/shim).
+    with SharingExperiment(gpu="sim", shim_env={"GSLICE_CONTEXT_RESERVE_MIB": "0"}) as exp:
         exp.add_group("racers", request=0.5, memory=f"{QUOTA_MIB}MiB")
         for processes in (4, 8):
             for chunk_mib in (64, 1):

@@ -103,6 +103,19 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
             cfg->daemon_wait_ms = (int)ms;
     }
 
+    /* Device memory a context costs that no allocation call shows (context
+     * state, module code, device heap and stacks): hundreds of MiB on
+     * recent GPUs. Charged to the group per context. */
+    cfg->context_reserve = 512ull << 20;
+    if ((v = lookup("GSLICE_CONTEXT_RESERVE_MIB")) && *v) {
+        char *end;
+        long mib = strtol(v, &end, 10);
+        if (*end || mib < 0 || mib > 1048576)
+            GS_WARN("GSLICE_CONTEXT_RESERVE_MIB=%s is not a number of MiB in 0..1048576 (using 512)", v);
+        else
+            cfg->context_reserve = (unsigned long long)mib << 20;
+    }
+
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }
 

@@ -22,6 +22,7 @@ typedef struct gs_config {
     int log_level;             /* GSLICE_LOG_LEVEL error|warn|info|debug */
     int on_daemon_loss;        /* GSLICE_ON_DAEMON_LOSS wait|open */
     int daemon_wait_ms;        /* GSLICE_DAEMON_WAIT_MS, default 30000 */
+    unsigned long long context_reserve; /* GSLICE_CONTEXT_RESERVE_MIB (default 512): bytes charged per context */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

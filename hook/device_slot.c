@@ -206,10 +206,45 @@ gs_slot *gs_slot_for_current_context(CUcontext *ctx)
     return gs_slot_for_device(dev);
 }
 
+/* Single socket: the daemon's GPU is the device whose UUID the daemon
+ * reported; when no visible device has that UUID (a fake GPU, renamed
+ * devices), the first device stands for it. Other devices show the
+ * physical numbers, never the quota. */
+static bool is_daemons_gpu(gs_slot *s, nvmlDevice_t dev)
+{
+    char daemon_uuid[96], uuid[96] = {0};
+    pthread_mutex_lock(&s->info_mu);
+    snprintf(daemon_uuid, sizeof daemon_uuid, "%s", s->attached ? s->info.gpu_uuid : "");
+    pthread_mutex_unlock(&s->info_mu);
+    if (!daemon_uuid[0] || !gs_nvml.nvmlDeviceGetUUID || !gs_nvml.nvmlDeviceGetCount ||
+        !gs_nvml.nvmlDeviceGetHandleByIndex)
+        return true;
+    if (gs_nvml.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) == NVML_SUCCESS && !strcmp(uuid, daemon_uuid))
+        return true;
+    unsigned int n = 0;
+    nvmlDevice_t first = NULL;
+    if (gs_nvml.nvmlDeviceGetCount(&n) != NVML_SUCCESS)
+        return true;
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t other;
+        char other_uuid[96] = {0};
+        if (gs_nvml.nvmlDeviceGetHandleByIndex(i, &other) != NVML_SUCCESS)
+            continue;
+        if (!first)
+            first = other;
+        if (gs_nvml.nvmlDeviceGetUUID(other, other_uuid, sizeof other_uuid) == NVML_SUCCESS &&
+            !strcmp(other_uuid, daemon_uuid))
+            return false;   /* another visible device is the daemon's */
+    }
+    return dev == first;
+}
+
 gs_slot *gs_slot_for_nvml_device(nvmlDevice_t dev)
 {
-    if (single_socket_mode())
-        return gs_slot_for_device(0);
+    if (single_socket_mode()) {
+        gs_slot *s = gs_slot_for_device(0);
+        return s && is_daemons_gpu(s, dev) ? s : NULL;
+    }
     char uuid[96] = {0};
     if (!gs_nvml.nvmlDeviceGetUUID || gs_nvml.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS)
         return NULL;

@@ -13,10 +13,12 @@
  *     impl     the hand-written core in overrides.c both routes call
  *     ret, params, args   the C signature and the forwarded argument list
  *
- * overrides.c expands every row twice: an exported wrapper that calls the
- * pointer dlsym'd from the real library, and a hidden one that calls the
- * pointer the real cuGetProcAddress returned for that row (the two differ
- * on real drivers). Everything not in this table is never seen by gslice. */
+ * overrides.c expands every row three times: an exported wrapper that
+ * calls the pointer dlsym'd from the real library, and hidden ones that
+ * call the pointers the real cuGetProcAddress returned for that row (they
+ * differ from the exported one on real drivers, and a driver may answer a
+ * second pointer for the same row, e.g. for other flags). Everything not
+ * in this table is never seen by gslice. */
 #ifndef GSLICE_INTERCEPT_TABLE_H
 #define GSLICE_INTERCEPT_TABLE_H
 
@@ -36,6 +38,10 @@
 #define GS_PROC_V2_PARAMS (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, \
     CUdriverProcAddressQueryResult *symbolStatus)
 
+#define GS_CAPTURE_TO_GRAPH_PARAMS (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, \
+    const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+#define GS_CAPTURE_TO_GRAPH_ARGS (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)
+
 #define GS_INTERCEPT_TABLE(X) \
     /* work on the GPU */ \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
@@ -48,6 +54,56 @@
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
     X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
     X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* stream capture: launches into a capturing stream are recorded, not run (stream_capture.h) */ \
+    X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
+    X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, 1, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
+    X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0, CUDA, PLAIN, capture_begin, CUresult, \
+      (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode)) \
+    X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1, CUDA, PLAIN, capture_begin, CUresult, \
+      (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode)) \
+    X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0, CUDA, PLAIN, capture_begin_to_graph, CUresult, \
+      GS_CAPTURE_TO_GRAPH_PARAMS, GS_CAPTURE_TO_GRAPH_ARGS) \
+    X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph, 12030, 1, CUDA, PLAIN, capture_begin_to_graph, \
+      CUresult, GS_CAPTURE_TO_GRAPH_PARAMS, GS_CAPTURE_TO_GRAPH_ARGS) \
+    X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0, CUDA, PLAIN, capture_end, CUresult, \
+      (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
+    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1, CUDA, PLAIN, capture_end, CUresult, \
+      (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
+    /* device-side copies and fills: they compete with kernels for the SMs and memory bandwidth, \
+     * so they are gated and their GPU time falls in the group's slices (host<->device copies \
+     * run on the copy engines: not gated) */ \
+    X(cuMemcpy, cuMemcpy, 4000, 0, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpy_ptds, cuMemcpy, 7000, 1, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyAsync, cuMemcpyAsync, 4000, 0, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, 1, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 1, CUDA, FAST, copy_sync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n)) \
+    X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1, CUDA, FAST, copy_async, CUresult, \
+      (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream), (dst, src, n, hStream)) \
+    X(cuMemsetD8_v2, cuMemsetD8, 3020, 0, CUDA, FAST, fill8, CUresult, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n)) \
+    X(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, 1, CUDA, FAST, fill8, CUresult, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n)) \
+    X(cuMemsetD16_v2, cuMemsetD16, 3020, 0, CUDA, FAST, fill16, CUresult, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n)) \
+    X(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, 1, CUDA, FAST, fill16, CUresult, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n)) \
+    X(cuMemsetD32_v2, cuMemsetD32, 3020, 0, CUDA, FAST, fill32, CUresult, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n)) \
+    X(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, 1, CUDA, FAST, fill32, CUresult, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n)) \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0, CUDA, FAST, fill8_async, CUresult, \
+      (CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, 1, CUDA, FAST, fill8_async, CUresult, \
+      (CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD16Async, cuMemsetD16Async, 3020, 0, CUDA, FAST, fill16_async, CUresult, \
+      (CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, 1, CUDA, FAST, fill16_async, CUresult, \
+      (CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0, CUDA, FAST, fill32_async, CUresult, \
+      (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1, CUDA, FAST, fill32_async, CUresult, \
+      (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \
@@ -74,6 +130,33 @@
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0, CUDA, PLAIN, mipmapped_array_create, CUresult, \
       (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc, unsigned int numMipmapLevels), \
       (pHandle, pDesc, numMipmapLevels)) \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0, CUDA, PLAIN, mem_pool_trim, CUresult, \
+      (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep)) \
+    X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0, CUDA, PLAIN, mem_retain_handle, CUresult, \
+      (CUmemGenericAllocationHandle *handle, void *addr), (handle, addr)) \
+    X(cuMemMap, cuMemMap, 10020, 0, CUDA, PLAIN, mem_map, CUresult, \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags), \
+      (ptr, size, offset, handle, flags)) \
+    X(cuMemUnmap, cuMemUnmap, 10020, 0, CUDA, PLAIN, mem_unmap, CUresult, (CUdeviceptr ptr, size_t size), (ptr, size)) \
+    /* contexts: their hidden memory (GSLICE_CONTEXT_RESERVE_MIB) and teardown */ \
+    X(cuCtxCreate_v2, cuCtxCreate, 3020, 0, CUDA, PLAIN, ctx_create, CUresult, \
+      (CUcontext *pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev)) \
+    X(cuCtxCreate_v3, cuCtxCreate, 11040, 0, CUDA, PLAIN, ctx_create_v3, CUresult, \
+      (CUcontext *pctx, CUexecAffinityParam *params, int numParams, unsigned int flags, CUdevice dev), \
+      (pctx, params, numParams, flags, dev)) \
+    X(cuCtxCreate_v4, cuCtxCreate, 12050, 0, CUDA, PLAIN, ctx_create_v4, CUresult, \
+      (CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev), (pctx, params, flags, dev)) \
+    X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0, CUDA, PLAIN, ctx_destroy, CUresult, (CUcontext ctx), (ctx)) \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0, CUDA, PLAIN, primary_retain, CUresult, \
+      (CUcontext *pctx, CUdevice dev), (pctx, dev)) \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0, CUDA, PLAIN, primary_release, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0, CUDA, PLAIN, primary_release, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0, CUDA, PLAIN, primary_reset, CUresult, \
+      (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0, CUDA, PLAIN, primary_reset, CUresult, \
+      (CUdevice dev), (dev)) \
     /* frees */ \
     X(cuMemFree, cuMemFree, 2000, 0, CUDA, PLAIN, mem_free_v1, CUresult, (unsigned int dptr), (dptr)) \
     X(cuMemFree_v2, cuMemFree, 3020, 0, CUDA, PLAIN, mem_free, CUresult, (CUdeviceptr dptr), (dptr)) \
@@ -92,6 +175,13 @@
       (nvmlDevice_t device, nvmlMemory_t *memory), (device, memory)) \
     X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, 0, NVML, PLAIN, nvml_memory_info_v2, nvmlReturn_t, \
       (nvmlDevice_t device, nvmlMemory_v2_t *memory), (device, memory)) \
+    /* NVML's process listing: inside a group, only the group's processes */ \
+    X(nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRunningProcesses, 0, 0, NVML, PLAIN, nvml_processes_v1, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlDeviceGetComputeRunningProcesses_v2, 0, 0, NVML, PLAIN, nvml_processes, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_v3, 0, 0, NVML, PLAIN, nvml_processes, \
+      nvmlReturn_t, (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
     /* the runtime's route to everything above */ \
     X(cuGetProcAddress, cuGetProcAddress, 11030, 0, CUDA, PLAIN, get_proc_address_v1, CUresult, \
       (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags), (symbol, pfn, cudaVersion, flags)) \
@@ -120,6 +210,8 @@ extern const gs_intercept_row gs_intercept_rows[GS_ID_COUNT];
 /* Our wrappers: the exported one and the cuGetProcAddress-route one. */
 extern void *const gs_wrapper_exported[GS_ID_COUNT];
 extern void *const gs_wrapper_proc[GS_ID_COUNT];
+/* ... and the one for a second driver pointer of the same row. */
+extern void *const gs_wrapper_alt[GS_ID_COUNT];
 
 /* Row of an exported name, or -1 (not a hot path: dlsym only). */
 int gs_intercept_find(const char *name);

@@ -31,6 +31,10 @@ typedef struct map_entry {
     gs_ledger_account *account;
     int kind;          /* 0: empty */
     bool reserved;
+    void *ctx;
+    uint64_t link;     /* VMM mapping: its handle */
+    uint32_t refs;     /* VMM handle: references held */
+    uint32_t maps;     /* VMM handle: live mappings */
 } map_entry;
 
 static pthread_mutex_t map_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -100,32 +104,47 @@ static void map_remove_locked(map_entry *e)
     map_count--;
 }
 
-void gs_ledger_track(int kind, uint64_t key, gs_ledger_account *a, uint64_t bytes, bool reserved)
+/* Insert a new entry; false when out of host memory. map_mu held. */
+static bool map_insert_locked(const map_entry *entry)
 {
+    if ((map_count + 1) * 4 > map_capacity * 3 && !map_grow_locked())
+        return false;
+    size_t mask = map_capacity - 1;
+    size_t i = map_hash(entry->kind, entry->key) & mask;
+    while (map_slots[i].kind)
+        i = (i + 1) & mask;
+    map_slots[i] = *entry;
+    map_count++;
+    return true;
+}
+
+void gs_ledger_track(int kind, uint64_t key, const gs_ledger_entry *entry)
+{
+    gs_ledger_entry replaced = {0};
+    bool had = false;
     pthread_mutex_lock(&map_mu);
     map_entry *e = map_find_locked(kind, key);
     if (e) {
-        /* The driver handed out a key we still track: its free was missed.
-         * Keep counting the old reservation until the new free. */
-        GS_WARN("allocation %#llx reported again by the driver; tracking the new size %llu bytes",
-                (unsigned long long)key, (unsigned long long)bytes);
-        e->bytes += bytes;
-        pthread_mutex_unlock(&map_mu);
-        return;
+        /* The driver handed out a key we still track: the old allocation
+         * is gone (freed by something we did not see). The new one replaces
+         * it; the old reservation is given back. */
+        replaced = (gs_ledger_entry){e->account, e->bytes, e->reserved, e->ctx};
+        had = true;
+        map_remove_locked(e);
     }
-    if ((map_count + 1) * 4 > map_capacity * 3 && !map_grow_locked()) {
-        pthread_mutex_unlock(&map_mu);
-        GS_ERROR("out of host memory tracking allocation %#llx; its free will not give back %llu bytes",
-                 (unsigned long long)key, (unsigned long long)bytes);
-        return;
-    }
-    size_t mask = map_capacity - 1;
-    size_t i = map_hash(kind, key) & mask;
-    while (map_slots[i].kind)
-        i = (i + 1) & mask;
-    map_slots[i] = (map_entry){.key = key, .bytes = bytes, .account = a, .kind = kind, .reserved = reserved};
-    map_count++;
+    map_entry fresh = {.key = key, .bytes = entry->bytes, .account = entry->account, .kind = kind,
+                       .reserved = entry->reserved, .ctx = entry->ctx, .refs = kind == GS_ALLOC_VMM_HANDLE};
+    bool ok = map_insert_locked(&fresh);
     pthread_mutex_unlock(&map_mu);
+    if (had) {
+        GS_WARN("allocation %#llx reported again by the driver (%llu bytes); it replaces the old entry of %llu bytes",
+                (unsigned long long)key, (unsigned long long)entry->bytes, (unsigned long long)replaced.bytes);
+        if (replaced.reserved && replaced.account)
+            gs_ledger_give_back(replaced.account, replaced.bytes);
+    }
+    if (!ok)
+        GS_ERROR("out of host memory tracking allocation %#llx; its free will not give back %llu bytes",
+                 (unsigned long long)key, (unsigned long long)entry->bytes);
 }
 
 bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes)
@@ -140,18 +159,141 @@ bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *b
     return e != NULL;
 }
 
-bool gs_ledger_take(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes, bool *reserved)
+bool gs_ledger_take(int kind, uint64_t key, gs_ledger_entry *out)
 {
     pthread_mutex_lock(&map_mu);
     map_entry *e = map_find_locked(kind, key);
     if (e) {
-        *a = e->account;
-        *bytes = e->bytes;
-        *reserved = e->reserved;
+        *out = (gs_ledger_entry){e->account, e->bytes, e->reserved, e->ctx};
         map_remove_locked(e);
     }
     pthread_mutex_unlock(&map_mu);
     return e != NULL;
+}
+
+/* Remove every entry the predicate selects and give reservations back. The
+ * map may move entries while removing, so restart the scan after each. */
+static uint64_t remove_matching(bool (*match)(const map_entry *e, const void *arg), const void *arg)
+{
+    uint64_t total = 0;
+    for (;;) {
+        gs_ledger_entry gone = {0};
+        bool found = false;
+        pthread_mutex_lock(&map_mu);
+        for (size_t i = 0; i < map_capacity && !found; i++) {
+            map_entry *e = &map_slots[i];
+            if (e->kind && match(e, arg)) {
+                gone = (gs_ledger_entry){e->account, e->bytes, e->reserved, e->ctx};
+                found = true;
+                map_remove_locked(e);
+            }
+        }
+        pthread_mutex_unlock(&map_mu);
+        if (!found)
+            return total;
+        if (gone.reserved && gone.account) {
+            gs_ledger_give_back(gone.account, gone.bytes);
+            total += gone.bytes;
+        }
+    }
+}
+
+static bool in_context(const map_entry *e, const void *ctx)
+{
+    /* VMM handles belong to the device, not to a context. */
+    return e->ctx == ctx && (e->kind == GS_ALLOC_DEVICE_PTR || e->kind == GS_ALLOC_ARRAY ||
+                             e->kind == GS_ALLOC_MIPMAPPED);
+}
+
+uint64_t gs_ledger_release_context(void *ctx)
+{
+    return ctx ? remove_matching(in_context, ctx) : 0;
+}
+
+bool gs_ledger_vmm_retain(uint64_t handle)
+{
+    pthread_mutex_lock(&map_mu);
+    map_entry *e = map_find_locked(GS_ALLOC_VMM_HANDLE, handle);
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&map_mu);
+    return e != NULL;
+}
+
+bool gs_ledger_vmm_release(uint64_t handle, bool *freed, gs_ledger_entry *entry)
+{
+    *freed = false;
+    pthread_mutex_lock(&map_mu);
+    map_entry *e = map_find_locked(GS_ALLOC_VMM_HANDLE, handle);
+    if (e && e->refs > 0) {
+        if (--e->refs == 0 && e->maps == 0) {
+            *entry = (gs_ledger_entry){e->account, e->bytes, e->reserved, e->ctx};
+            *freed = true;
+            map_remove_locked(e);
+        }
+        pthread_mutex_unlock(&map_mu);
+        return true;
+    }
+    pthread_mutex_unlock(&map_mu);
+    return false;
+}
+
+void gs_ledger_vmm_unrelease(uint64_t handle, bool freed, const gs_ledger_entry *entry)
+{
+    if (freed) {
+        gs_ledger_track(GS_ALLOC_VMM_HANDLE, handle, entry);
+        return;
+    }
+    gs_ledger_vmm_retain(handle);
+}
+
+void gs_ledger_vmm_mapped(uint64_t va, uint64_t size, uint64_t handle)
+{
+    pthread_mutex_lock(&map_mu);
+    map_entry *h = map_find_locked(GS_ALLOC_VMM_HANDLE, handle);
+    if (h) {
+        h->maps++;
+        map_entry m = {.key = va, .bytes = size, .kind = GS_ALLOC_VMM_MAPPING, .link = handle};
+        if (!map_insert_locked(&m)) {
+            h->maps--;
+            GS_ERROR("out of host memory tracking mapping %#llx; handle %#llx is given back at its release",
+                     (unsigned long long)va, (unsigned long long)handle);
+        }
+    }
+    pthread_mutex_unlock(&map_mu);
+}
+
+typedef struct va_range {
+    uint64_t lo, hi;
+} va_range;
+
+void gs_ledger_vmm_unmapped(uint64_t va, uint64_t size)
+{
+    va_range r = {va, va + size};
+    for (;;) {
+        gs_ledger_entry gone = {0};
+        bool found = false, freed = false;
+        pthread_mutex_lock(&map_mu);
+        for (size_t i = 0; i < map_capacity && !found; i++) {
+            map_entry *e = &map_slots[i];
+            if (e->kind != GS_ALLOC_VMM_MAPPING || e->key < r.lo || e->key >= r.hi)
+                continue;
+            found = true;
+            uint64_t handle = e->link;
+            map_remove_locked(e);
+            map_entry *h = map_find_locked(GS_ALLOC_VMM_HANDLE, handle);
+            if (h && h->maps > 0 && --h->maps == 0 && h->refs == 0) {
+                gone = (gs_ledger_entry){h->account, h->bytes, h->reserved, h->ctx};
+                freed = true;
+                map_remove_locked(h);
+            }
+        }
+        pthread_mutex_unlock(&map_mu);
+        if (!found)
+            return;
+        if (freed && gone.reserved && gone.account)
+            gs_ledger_give_back(gone.account, gone.bytes);
+    }
 }
 
 /* ---- accounts ---- */
@@ -295,9 +437,11 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     if (pending)
         gs_ledger_flush(a);
     uint64_t q = 0, u = 0, p = 0;
-    int rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);
+    uint32_t pids[256];
+    int n_pids = 0;
+    int rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p, pids, 256, &n_pids);
     if (rc == GS_RPC_UNAVAILABLE && gs_rpc_wait_attached(a->rpc, VIEW_WAIT_MS, NULL))
-        rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p);   /* first query of a fresh process */
+        rc = gs_rpc_memory_info(a->rpc, VIEW_WAIT_MS, &q, &u, &p, pids, 256, &n_pids);   /* first query of a fresh process */
     if (rc != GS_RPC_OK) {
         GS_DEBUG("GetMemoryInfo failed (%d: %s); reporting the driver's numbers", rc, gs_rpc_last_error());
         return false;
@@ -306,6 +450,8 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     a->view_quota = q;
     a->view_used = u;
     a->view_physical = p;
+    memcpy(a->view_pids, pids, sizeof(uint32_t) * (size_t)n_pids);
+    a->view_n_pids = n_pids;
     a->view_at_ns = monotonic_ns();
     a->view_valid = true;
     pthread_mutex_unlock(&a->mu);
@@ -313,6 +459,16 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     *used = u;
     *physical = p;
     return true;
+}
+
+bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid)
+{
+    bool found = false;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->view_n_pids && !found; i++)
+        found = a->view_pids[i] == pid;
+    pthread_mutex_unlock(&a->mu);
+    return found;
 }
 
 uint64_t gs_ledger_redeclare(gs_ledger_account *a)

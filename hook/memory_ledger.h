@@ -25,7 +25,17 @@ enum gs_alloc_kind {
     GS_ALLOC_VMM_HANDLE = 2,   /* cuMemCreate */
     GS_ALLOC_ARRAY = 3,        /* cuArrayCreate, cuArray3DCreate */
     GS_ALLOC_MIPMAPPED = 4,    /* cuMipmappedArrayCreate */
+    GS_ALLOC_VMM_MAPPING = 5,  /* cuMemMap: key = address, link = handle (charges nothing itself) */
+    GS_ALLOC_CONTEXT = 6,      /* a context's reserve (GSLICE_CONTEXT_RESERVE_MIB): key = the context */
 };
+
+/* One tracked allocation. */
+typedef struct gs_ledger_entry {
+    struct gs_ledger_account *account;
+    uint64_t bytes;
+    bool reserved;    /* false: made unmetered, its free gives nothing back */
+    void *ctx;        /* context current at the allocation: its teardown frees it */
+} gs_ledger_entry;
 
 enum gs_reserve_result {
     GS_RESERVE_GRANTED = 0,
@@ -43,6 +53,8 @@ typedef struct gs_ledger_account {
     uint64_t pending_release;    /* freed here, not yet told to tokend */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     bool view_valid;
+    uint32_t view_pids[256];     /* the group's processes on this GPU (NVML listing) */
+    int view_n_pids;
     uint64_t n_reserved, n_refused, n_flushes, bytes_released;
 } gs_ledger_account;
 
@@ -64,18 +76,42 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what);
 /* Give a reservation back (failed real call, excess of a worst case). */
 void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes);
 
-/* Remember a successful allocation (reserved: false when it was made
- * unmetered, so its free gives nothing back). */
-void gs_ledger_track(int kind, uint64_t key, gs_ledger_account *a, uint64_t bytes, bool reserved);
-/* Look up without removing (for frees: remove only once the real free worked). */
+/* Remember a successful allocation. A key the driver reports again (its
+ * free was missed, e.g. freed by a context teardown we did not see)
+ * replaces the old entry, whose reservation is given back. */
+void gs_ledger_track(int kind, uint64_t key, const gs_ledger_entry *entry);
+/* Look up without removing. */
 bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes);
 /* Remove an entry (before its real free); false when unknown. */
-bool gs_ledger_take(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes, bool *reserved);
+bool gs_ledger_take(int kind, uint64_t key, gs_ledger_entry *out);
+
+/* A context was destroyed (or the primary context reset / released for the
+ * last time): the driver freed its allocations without free calls. Drops
+ * their entries and gives their reservations back; returns the bytes. */
+uint64_t gs_ledger_release_context(void *ctx);
+
+/* Virtual memory (cuMemCreate handles): the physical memory is freed only
+ * when every reference (cuMemCreate, cuMemRetainAllocationHandle) is
+ * released AND every mapping is unmapped; the charge follows that. */
+bool gs_ledger_vmm_retain(uint64_t handle);
+/* Before cuMemRelease: drops one reference. *freed is true when that was
+ * the last reference and nothing is mapped: the entry is removed and
+ * returned in *entry (give it back after the real call, re-track if it
+ * fails). False: unknown handle. */
+bool gs_ledger_vmm_release(uint64_t handle, bool *freed, gs_ledger_entry *entry);
+/* cuMemRelease failed: undo gs_ledger_vmm_release. */
+void gs_ledger_vmm_unrelease(uint64_t handle, bool freed, const gs_ledger_entry *entry);
+/* After a successful cuMemMap / cuMemUnmap. Unmapping the last mapping of
+ * a released handle gives its reservation back. */
+void gs_ledger_vmm_mapped(uint64_t va, uint64_t size, uint64_t handle);
+void gs_ledger_vmm_unmapped(uint64_t va, uint64_t size);
 
 /* Send pending releases now (keeper thread, exit, before queries). */
 void gs_ledger_flush(gs_ledger_account *a);
 /* The group's view: quota, used, physical total (false: tokend away). */
 bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint64_t *physical);
+/* Is pid one of the group's processes on this GPU (as of the last view)? */
+bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 /* Bytes this process holds (re-declared at every re-attach); forgets
  * pending releases (the new client never held them). */
 uint64_t gs_ledger_redeclare(gs_ledger_account *a);

@@ -7,6 +7,7 @@
  * queries). */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,8 +16,11 @@
 #include "intercept_table.h"
 #include "log.h"
 #include "memory_ledger.h"
+#include "memory_pools.h"
+#include "process_overhead.h"
 #include "real_driver.h"
 #include "shim.h"
+#include "stream_capture.h"
 #include "token_gate.h"
 
 #define GS_UNPAREN(...) __VA_ARGS__
@@ -51,7 +55,7 @@ static inline void *real_nvml(void *const *slot)
     if (!fn)                                                                          \
         return CUDA_ERROR_NOT_INITIALIZED;                                            \
     gs_launch_ticket ticket;                                                          \
-    gs_launch_begin(&ticket);                                                         \
+    gs_launch_begin(&ticket, (stream), ptsz);                                         \
     CUresult rc = fn call_args;                                                       \
     if (ticket.checkpoint)                                                            \
         gs_launch_end(&ticket, (stream), ptsz, rc);                                   \
@@ -88,24 +92,113 @@ static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgra
     GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
 }
 
+/* Calls whose success changes what the ledger must know, after the fact. */
+#define GS_AFTER_CORE(pfn_type, call_args, after)                                      \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    CUresult rc = fn call_args;                                                        \
+    if (rc == CUDA_SUCCESS && gs_shim_metered()) {                                     \
+        after;                                                                         \
+    }                                                                                  \
+    return rc;
+
+/* cuGraphUpload puts the graph's work in place on the stream: gated like a launch. */
+static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuGraphUpload, hStream, (hGraphExec, hStream))
+}
+
+/* Device-side copies and fills: the launch core with the row's own
+ * function type (synchronous forms run on the legacy / per-thread stream). */
+#define GS_COPY_IMPL(impl, pfn_type, params, stream, call_args)                        \
+    static inline CUresult impl_##impl params                                          \
+    {                                                                                  \
+        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+    }
+GS_COPY_IMPL(copy_sync, gs_pfn_cuMemcpyDtoD_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, (dst, src, n))
+GS_COPY_IMPL(copy_async, gs_pfn_cuMemcpyDtoDAsync_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream),
+             hStream, (dst, src, n, hStream))
+GS_COPY_IMPL(fill8, gs_pfn_cuMemsetD8_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n),
+             NULL, (dst, v, n))
+GS_COPY_IMPL(fill16, gs_pfn_cuMemsetD16_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n), NULL, (dst, v, n))
+GS_COPY_IMPL(fill32, gs_pfn_cuMemsetD32_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n),
+             NULL, (dst, v, n))
+GS_COPY_IMPL(fill8_async, gs_pfn_cuMemsetD8Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
+             hStream, (dst, v, n, hStream))
+#undef GS_COPY_IMPL
+
+/* ---------------- stream capture: count active captures ---------------- */
+
+#define GS_CAPTURE_CORE(pfn_type, call_args, notify)                                   \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    CUresult rc = fn call_args;                                                        \
+    notify(rc);                                                                        \
+    return rc;
+
+static inline CUresult impl_capture_begin_v1(void *const *real_slot, int ptsz, CUstream hStream)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCapture, (hStream), gs_capture_began)
+}
+
+static inline CUresult impl_capture_begin(void *const *real_slot, int ptsz, CUstream hStream,
+                                          CUstreamCaptureMode mode)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCapture_v2, (hStream, mode), gs_capture_began)
+}
+
+static inline CUresult impl_capture_begin_to_graph(void *const *real_slot, int ptsz, CUstream hStream,
+                                                   CUgraph hGraph, const CUgraphNode *dependencies,
+                                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                                   CUstreamCaptureMode mode)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamBeginCaptureToGraph, GS_CAPTURE_TO_GRAPH_ARGS, gs_capture_began)
+}
+
+static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstream hStream, CUgraph *phGraph)
+{
+    GS_CAPTURE_CORE(gs_pfn_cuStreamEndCapture, (hStream, phGraph), gs_capture_ended)
+}
+
 /* ---------------- allocations: reserve first, then the real call ---------------- */
 
-/* Reserve for an allocation; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
-static bool alloc_reserve(gs_slot **slot, uint64_t bytes, const char *what, bool *reserved)
+/* Reserve bytes on slot's account; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
+static bool reserve_on(gs_slot *slot, uint64_t bytes, const char *what, bool *reserved)
 {
     *reserved = false;
-    *slot = gs_shim_slot_for_allocation();
-    if (!*slot)
+    if (!slot)
         return true;
-    int r = gs_ledger_reserve(&(*slot)->ledger, bytes, what);
+    int r = gs_ledger_reserve(&slot->ledger, bytes, what);
     if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE)
         return false;
     *reserved = r == GS_RESERVE_GRANTED;
     return true;
 }
 
+/* Reserve for an allocation in the current context. */
+static bool alloc_reserve(gs_slot **slot, CUcontext *ctx, uint64_t bytes, const char *what, bool *reserved)
+{
+    *slot = gs_shim_slot_for_allocation(ctx);
+    return reserve_on(*slot, bytes, what, reserved);
+}
+
 /* After the real call: track it, or give the reservation back. */
-static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key, uint64_t bytes, bool reserved)
+static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key, uint64_t bytes, bool reserved,
+                             CUcontext ctx)
 {
     if (!slot)
         return rc;
@@ -114,7 +207,8 @@ static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key,
             gs_ledger_give_back(&slot->ledger, bytes);
         return rc;
     }
-    gs_ledger_track(kind, key, &slot->ledger, bytes, reserved);
+    gs_ledger_entry entry = {&slot->ledger, bytes, reserved, ctx};
+    gs_ledger_track(kind, key, &entry);
     return rc;
 }
 
@@ -123,12 +217,13 @@ static CUresult alloc_finish(gs_slot *slot, CUresult rc, int kind, uint64_t key,
     if (!fn)                                                                           \
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     gs_slot *slot;                                                                     \
+    CUcontext ctx;                                                                     \
     bool reserved;                                                                     \
     uint64_t want = (bytes);                                                           \
-    if (!alloc_reserve(&slot, want, what, &reserved))                                  \
+    if (!alloc_reserve(&slot, &ctx, want, what, &reserved))                            \
         return CUDA_ERROR_OUT_OF_MEMORY;                                               \
     CUresult rc = fn call_args;                                                        \
-    return alloc_finish(slot, rc, kind, rc == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0, want, reserved);
+    return alloc_finish(slot, rc, kind, rc == CUDA_SUCCESS ? (uint64_t)(key_expr) : 0, want, reserved, ctx);
 
 static inline CUresult impl_mem_alloc_v1(void *const *real_slot, int ptsz, unsigned int *dptr,
                                          unsigned int bytesize)
@@ -151,28 +246,81 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
                   GS_ALLOC_DEVICE_PTR, *dptr)
 }
 
+/* Stream-ordered allocations are charged by the pool's footprint
+ * (memory_pools.h): the growth the pool needs before the call, the pool's
+ * real footprint after it. */
+#define GS_POOL_ALLOC_CORE(pfn_type, call_args, pool_expr)                             \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    gs_slot *slot = gs_shim_slot_for_allocation(NULL);                                 \
+    if (!slot)                                                                         \
+        return fn call_args;                                                           \
+    CUmemoryPool from = (pool_expr);                                                   \
+    if (from && !gs_pool_charge_growth(&slot->ledger, from, bytesize))                 \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                               \
+    CUresult rc = fn call_args;                                                        \
+    gs_pools_reconcile();                                                              \
+    return rc;
+
 static inline CUresult impl_mem_alloc_async(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
                                             size_t bytesize, CUstream hStream)
 {
-    (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemAllocAsync, "cuMemAllocAsync", bytesize, (dptr, bytesize, hStream),
-                  GS_ALLOC_DEVICE_PTR, *dptr)
+    GS_POOL_ALLOC_CORE(gs_pfn_cuMemAllocAsync, (dptr, bytesize, hStream), gs_pool_current())
 }
 
 static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
                                                 size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", bytesize,
-                  (dptr, bytesize, pool, hStream), GS_ALLOC_DEVICE_PTR, *dptr)
+    GS_POOL_ALLOC_CORE(gs_pfn_cuMemAllocFromPoolAsync, (dptr, bytesize, pool, hStream), pool)
 }
 
+/* The pool gives memory back when it trims (or at a synchronisation above
+ * its release threshold, seen at the next pool operation or query). */
+static inline CUresult impl_mem_pool_trim(void *const *real_slot, int ptsz, CUmemoryPool pool, size_t minBytesToKeep)
+{
+    GS_AFTER_CORE(gs_pfn_cuMemPoolTrimTo, (pool, minBytesToKeep), gs_pools_reconcile())
+}
+
+/* Virtual memory: charged at creation for device locations only, to the
+ * device the location names (host / host-NUMA memory is not device
+ * memory). The handle keeps its charge until every reference is released
+ * and every mapping unmapped (memory_ledger.h). */
 static inline CUresult impl_mem_create(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
                                        size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)ptsz;
-    GS_ALLOC_CORE(gs_pfn_cuMemCreate, "cuMemCreate", size, (handle, size, prop, flags), GS_ALLOC_VMM_HANDLE,
-                  *handle)
+    gs_pfn_cuMemCreate fn = (gs_pfn_cuMemCreate)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return fn(handle, size, prop, flags);
+    gs_slot *slot = gs_slot_for_device(prop->location.id);
+    bool reserved;
+    if (!reserve_on(slot, size, "cuMemCreate", &reserved))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = fn(handle, size, prop, flags);
+    return alloc_finish(slot, rc, GS_ALLOC_VMM_HANDLE, rc == CUDA_SUCCESS ? (uint64_t)*handle : 0, size, reserved,
+                        NULL);
+}
+
+static inline CUresult impl_mem_retain_handle(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle *handle,
+                                              void *addr)
+{
+    /* the same handle value, one more reference */
+    GS_AFTER_CORE(gs_pfn_cuMemRetainAllocationHandle, (handle, addr), if (handle) gs_ledger_vmm_retain(*handle))
+}
+
+static inline CUresult impl_mem_map(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size, size_t offset,
+                                    CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    GS_AFTER_CORE(gs_pfn_cuMemMap, (ptr, size, offset, handle, flags), gs_ledger_vmm_mapped(ptr, size, handle))
+}
+
+static inline CUresult impl_mem_unmap(void *const *real_slot, int ptsz, CUdeviceptr ptr, size_t size)
+{
+    GS_AFTER_CORE(gs_pfn_cuMemUnmap, (ptr, size), gs_ledger_vmm_unmapped(ptr, size))
 }
 
 static uint64_t array_bytes(size_t width, size_t height, size_t depth, unsigned int channels,
@@ -235,13 +383,14 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
     if (!fn)
         return CUDA_ERROR_NOT_INITIALIZED;
     gs_slot *slot;
+    CUcontext ctx;
     bool reserved;
     uint64_t worst = ((uint64_t)WidthInBytes + 511u) / 512u * 512u * (uint64_t)Height;
-    if (!alloc_reserve(&slot, worst, "cuMemAllocPitch", &reserved))
+    if (!alloc_reserve(&slot, &ctx, worst, "cuMemAllocPitch", &reserved))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (rc != CUDA_SUCCESS || !slot)
-        return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved);
+        return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved, ctx);
     uint64_t actual = (uint64_t)*pPitch * (uint64_t)Height;
     if (reserved && actual < worst) {
         gs_ledger_give_back(&slot->ledger, worst - actual);
@@ -255,8 +404,7 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    gs_ledger_track(GS_ALLOC_DEVICE_PTR, *dptr, &slot->ledger, reserved ? actual : worst, reserved);
-    return rc;
+    return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, *dptr, reserved ? actual : worst, reserved, ctx);
 }
 
 /* ---------------- frees: forget first, give back after ---------------- */
@@ -270,15 +418,13 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     if (!gs_shim_metered())                                                            \
         return fn call_args;                                                           \
-    gs_ledger_account *account = NULL;                                                 \
-    uint64_t bytes = 0;                                                                \
-    bool reserved = false;                                                             \
-    bool known = gs_ledger_take(kind, (uint64_t)(key), &account, &bytes, &reserved);   \
+    gs_ledger_entry entry;                                                             \
+    bool known = gs_ledger_take(kind, (uint64_t)(key), &entry);                        \
     CUresult rc = fn call_args;                                                        \
-    if (known && rc == CUDA_SUCCESS && reserved)                                       \
-        gs_ledger_give_back(account, bytes);                                           \
+    if (known && rc == CUDA_SUCCESS && entry.reserved)                                 \
+        gs_ledger_give_back(entry.account, entry.bytes);                               \
     else if (known && rc != CUDA_SUCCESS)                                              \
-        gs_ledger_track(kind, (uint64_t)(key), account, bytes, reserved);              \
+        gs_ledger_track(kind, (uint64_t)(key), &entry);                                \
     return rc;
 
 static inline CUresult impl_mem_free_v1(void *const *real_slot, int ptsz, unsigned int dptr)
@@ -295,14 +441,29 @@ static inline CUresult impl_mem_free(void *const *real_slot, int ptsz, CUdevicep
 
 static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUdeviceptr dptr, CUstream hStream)
 {
-    (void)ptsz;
-    GS_FREE_CORE(gs_pfn_cuMemFreeAsync, GS_ALLOC_DEVICE_PTR, dptr, (dptr, hStream))
+    /* the block went back to its pool, which may keep it */
+    GS_AFTER_CORE(gs_pfn_cuMemFreeAsync, (dptr, hStream), gs_pools_reconcile())
 }
 
+/* One reference dropped; the charge goes when no reference and no mapping
+ * is left (release right after map is a common, legal pattern). */
 static inline CUresult impl_mem_release(void *const *real_slot, int ptsz, CUmemGenericAllocationHandle handle)
 {
     (void)ptsz;
-    GS_FREE_CORE(gs_pfn_cuMemRelease, GS_ALLOC_VMM_HANDLE, handle, (handle))
+    gs_pfn_cuMemRelease fn = (gs_pfn_cuMemRelease)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered())
+        return fn(handle);
+    bool freed = false;
+    gs_ledger_entry entry;
+    bool known = gs_ledger_vmm_release(handle, &freed, &entry);
+    CUresult rc = fn(handle);
+    if (known && rc != CUDA_SUCCESS)
+        gs_ledger_vmm_unrelease(handle, freed, &entry);
+    else if (known && freed && entry.reserved)
+        gs_ledger_give_back(entry.account, entry.bytes);
+    return rc;
 }
 
 static inline CUresult impl_array_destroy(void *const *real_slot, int ptsz, CUarray hArray)
@@ -315,6 +476,143 @@ static inline CUresult impl_mipmapped_array_destroy(void *const *real_slot, int 
 {
     (void)ptsz;
     GS_FREE_CORE(gs_pfn_cuMipmappedArrayDestroy, GS_ALLOC_MIPMAPPED, (uintptr_t)h, (h))
+}
+
+/* ---------------- contexts: their hidden memory, and teardown ---------------- */
+
+/* Each context costs device memory no allocation call shows (context
+ * state, module code, device heap and stacks): GSLICE_CONTEXT_RESERVE_MIB
+ * is charged per context, on the device's account, before the context is
+ * made. Destroying a context (or the last release / a reset of a primary
+ * context) frees its allocations in the driver without free calls: their
+ * entries go too. */
+static CUresult context_made(gs_slot *slot, CUresult rc, CUcontext ctx, bool reserved)
+{
+    rc = alloc_finish(slot, rc, GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, gs_config_get()->context_reserve,
+                      reserved, ctx);
+    if (slot && rc == CUDA_SUCCESS)
+        gs_overhead_reconcile(slot);
+    return rc;
+}
+
+static void context_gone(CUcontext ctx)
+{
+    gs_ledger_entry entry;
+    if (gs_ledger_take(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry) && entry.reserved)
+        gs_ledger_give_back(entry.account, entry.bytes);
+    gs_ledger_release_context(ctx);
+}
+
+#define GS_CTX_CREATE_CORE(pfn_type, call_args, dev)                                   \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
+    if (!fn)                                                                           \
+        return CUDA_ERROR_NOT_INITIALIZED;                                             \
+    gs_slot *slot = gs_shim_metered() ? gs_slot_for_device(dev) : NULL;                \
+    bool reserved;                                                                     \
+    if (!reserve_on(slot, gs_config_get()->context_reserve, "context (GSLICE_CONTEXT_RESERVE_MIB)", &reserved)) \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                               \
+    CUresult rc = fn call_args;                                                        \
+    return context_made(slot, rc, rc == CUDA_SUCCESS && pctx ? *pctx : NULL, reserved);
+
+static inline CUresult impl_ctx_create(void *const *real_slot, int ptsz, CUcontext *pctx, unsigned int flags,
+                                       CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v2, (pctx, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_create_v3(void *const *real_slot, int ptsz, CUcontext *pctx,
+                                          CUexecAffinityParam *params, int numParams, unsigned int flags,
+                                          CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v3, (pctx, params, numParams, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_create_v4(void *const *real_slot, int ptsz, CUcontext *pctx,
+                                          CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    GS_CTX_CREATE_CORE(gs_pfn_cuCtxCreate_v4, (pctx, params, flags, dev), dev)
+}
+
+static inline CUresult impl_ctx_destroy(void *const *real_slot, int ptsz, CUcontext ctx)
+{
+    GS_AFTER_CORE(gs_pfn_cuCtxDestroy_v2, (ctx), context_gone(ctx))
+}
+
+/* Primary contexts: made at the first retain, destroyed at the last
+ * release; what this process retained, per device. */
+#define GS_MAX_DEVICES 64
+static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned primary_retains[GS_MAX_DEVICES];
+static CUcontext primary_ctx[GS_MAX_DEVICES];
+
+/* fork(): the child has no contexts (its first retain makes one again). */
+void gs_contexts_fork_child(void)
+{
+    pthread_mutex_init(&primary_mu, NULL);
+    memset(primary_retains, 0, sizeof primary_retains);
+    memset(primary_ctx, 0, sizeof primary_ctx);
+}
+
+static inline CUresult impl_primary_retain(void *const *real_slot, int ptsz, CUcontext *pctx, CUdevice dev)
+{
+    (void)ptsz;
+    gs_pfn_cuDevicePrimaryCtxRetain fn = (gs_pfn_cuDevicePrimaryCtxRetain)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || dev < 0 || dev >= GS_MAX_DEVICES)
+        return fn(pctx, dev);
+    pthread_mutex_lock(&primary_mu);
+    bool first = primary_retains[dev] == 0;
+    gs_slot *slot = first ? gs_slot_for_device(dev) : NULL;
+    bool reserved;
+    if (!reserve_on(slot, gs_config_get()->context_reserve, "primary context (GSLICE_CONTEXT_RESERVE_MIB)",
+                    &reserved)) {
+        pthread_mutex_unlock(&primary_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = fn(pctx, dev);
+    if (rc == CUDA_SUCCESS) {
+        primary_retains[dev]++;
+        primary_ctx[dev] = pctx ? *pctx : NULL;
+    }
+    context_made(slot, rc, rc == CUDA_SUCCESS && pctx ? *pctx : NULL, reserved);
+    pthread_mutex_unlock(&primary_mu);
+    return rc;
+}
+
+/* release: 1 for cuDevicePrimaryCtxRelease (the last one destroys the
+ * context), 0 for cuDevicePrimaryCtxReset (frees its allocations). */
+static CUresult primary_release_or_reset(void *const *real_slot, CUdevice dev, bool release)
+{
+    gs_pfn_cuDevicePrimaryCtxRelease_v2 fn = (gs_pfn_cuDevicePrimaryCtxRelease_v2)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || dev < 0 || dev >= GS_MAX_DEVICES)
+        return fn(dev);
+    pthread_mutex_lock(&primary_mu);
+    CUresult rc = fn(dev);
+    CUcontext ctx = primary_ctx[dev];
+    if (rc == CUDA_SUCCESS && ctx) {
+        if (!release)
+            gs_ledger_release_context(ctx);
+        else if (primary_retains[dev] > 0 && --primary_retains[dev] == 0)
+            context_gone(ctx);
+    }
+    pthread_mutex_unlock(&primary_mu);
+    return rc;
+}
+
+static inline CUresult impl_primary_release(void *const *real_slot, int ptsz, CUdevice dev)
+{
+    (void)ptsz;
+    return primary_release_or_reset(real_slot, dev, true);
+}
+
+static inline CUresult impl_primary_reset(void *const *real_slot, int ptsz, CUdevice dev)
+{
+    (void)ptsz;
+    return primary_release_or_reset(real_slot, dev, false);
 }
 
 /* ---------------- memory queries: the group's view ---------------- */
@@ -345,8 +643,11 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     CUresult rc = fn(free_bytes, total_bytes);
     if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
         return rc;
+    gs_pools_reconcile();
+    gs_slot *slot = gs_slot_for_current_context(NULL);
+    gs_overhead_reconcile(slot);
     uint64_t total, left;
-    if (group_view(gs_slot_for_current_context(NULL), *total_bytes, *free_bytes, &total, &left, NULL)) {
+    if (group_view(slot, *total_bytes, *free_bytes, &total, &left, NULL)) {
         *total_bytes = (size_t)total;
         *free_bytes = (size_t)left;
     }
@@ -407,8 +708,12 @@ static bool nvml_group_view(nvmlDevice_t device, unsigned long long *total, unsi
                             unsigned long long *used_bytes)
 {
     uint64_t view_total, left, used;
-    if (!gs_shim_metered() ||
-        !group_view(gs_slot_for_nvml_device(device), *total, *free_bytes, &view_total, &left, &used))
+    if (!gs_shim_metered())
+        return false;
+    gs_pools_reconcile();
+    gs_slot *slot = gs_slot_for_nvml_device(device);
+    gs_overhead_reconcile(slot);
+    if (!group_view(slot, *total, *free_bytes, &view_total, &left, &used))
         return false;
     *total = view_total;
     *free_bytes = left;
@@ -440,6 +745,40 @@ static inline nvmlReturn_t impl_nvml_memory_info_v2(void *const *real_slot, int 
     if (rc == NVML_SUCCESS && memory && nvml_group_view(device, &memory->total, &memory->free, &memory->used))
         memory->reserved = 0;   /* the group's view has no driver-reserved part */
     return rc;
+}
+
+/* NVML's process listing inside a group shows the group's processes only
+ * (tokend's list of the group's clients on this GPU); other devices and
+ * unmetered processes see the driver's list. */
+#define GS_NVML_PROCESSES_CORE(pfn_type)                                               \
+    (void)ptsz;                                                                        \
+    pfn_type fn = (pfn_type)real_nvml(real_slot);                                      \
+    if (!fn)                                                                           \
+        return NVML_ERROR_FUNCTION_NOT_FOUND;                                          \
+    nvmlReturn_t rc = fn(device, infoCount, infos);                                    \
+    if (rc != NVML_SUCCESS || !infoCount || !infos || !gs_shim_metered())              \
+        return rc;                                                                     \
+    gs_slot *slot = gs_slot_for_nvml_device(device);                                   \
+    uint64_t quota, used, physical;                                                    \
+    if (!slot || !gs_ledger_view(&slot->ledger, &quota, &used, &physical))             \
+        return rc;                                                                     \
+    unsigned int kept = 0;                                                             \
+    for (unsigned int i = 0; i < *infoCount; i++)                                      \
+        if (gs_ledger_group_has_pid(&slot->ledger, infos[i].pid))                      \
+            infos[kept++] = infos[i];                                                  \
+    *infoCount = kept;                                                                 \
+    return rc;
+
+static inline nvmlReturn_t impl_nvml_processes_v1(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                                  unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
+{
+    GS_NVML_PROCESSES_CORE(gs_pfn_nvmlDeviceGetComputeRunningProcesses)
+}
+
+static inline nvmlReturn_t impl_nvml_processes(void *const *real_slot, int ptsz, nvmlDevice_t device,
+                                               unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    GS_NVML_PROCESSES_CORE(gs_pfn_nvmlDeviceGetComputeRunningProcesses_v2)
 }
 
 /* ---------------- cuGetProcAddress: the runtime's route ---------------- */
@@ -483,19 +822,32 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     static ret gs_proc_##name params                                                    \
     {                                                                                   \
         return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
+    }                                                                                   \
+    static ret gs_alt_##name params                                                     \
+    {                                                                                   \
+        return impl_##impl(&gs_real_alt[GS_ID_##name], ptsz, GS_UNPAREN args);          \
     }
 
 /* Fast path: real pointer loaded, gate open for this thread's slice ->
  * tail-jump to the driver. Anything else -> the slow twin (same
  * signature, so that is a tail jump too). */
+#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args)            \
+    static __attribute__((noinline, cold)) ret prefix##slow_##name params               \
+    {                                                                                   \
+        return impl_##impl(&slots[GS_ID_##name], ptsz, GS_UNPAREN args);                \
+    }                                                                                   \
+    static ret prefix##name params                                                      \
+    {                                                                                   \
+        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&slots[GS_ID_##name], __ATOMIC_RELAXED); \
+        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+            return fn args;                                                             \
+        return prefix##slow_##name args;                                                \
+    }
+
 #define GS_WRAP_FAST(name, ptsz, impl, ret, params, args)                             \
     static __attribute__((noinline, cold)) ret gs_slow_##name params                    \
     {                                                                                   \
         return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
-    }                                                                                   \
-    static __attribute__((noinline, cold)) ret gs_proc_slow_##name params               \
-    {                                                                                   \
-        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
     }                                                                                   \
     GS_EXPORT ret name params                                                           \
     {                                                                                   \
@@ -504,13 +856,8 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
             return fn args;                                                             \
         return gs_slow_##name args;                                                     \
     }                                                                                   \
-    static ret gs_proc_##name params                                                    \
-    {                                                                                   \
-        gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_proc[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
-            return fn args;                                                             \
-        return gs_proc_slow_##name args;                                                \
-    }
+    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args)       \
+    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args)
 
 #define GS_X_WRAPPERS(name, base, version, ptsz, lib, path, impl, ret, params, args)     \
     GS_WRAP_##path(name, ptsz, impl, ret, params, args)
@@ -524,3 +871,7 @@ void *const gs_wrapper_exported[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_EXPORTED
 #define GS_X_PROC(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)gs_proc_##name,
 void *const gs_wrapper_proc[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_PROC)};
 #undef GS_X_PROC
+
+#define GS_X_ALT(name, base, version, ptsz, lib, path, impl, ret, params, args) (void *)gs_alt_##name,
+void *const gs_wrapper_alt[GS_ID_COUNT] = {GS_INTERCEPT_TABLE(GS_X_ALT)};
+#undef GS_X_ALT

@@ -12,6 +12,7 @@
 
 void *gs_real_exported[GS_ID_COUNT];
 void *gs_real_proc[GS_ID_COUNT];
+void *gs_real_alt[GS_ID_COUNT];
 gs_cuda_calls gs_cu;
 gs_nvml_calls gs_nvml;
 
@@ -50,6 +51,7 @@ static _Atomic int cuda_loaded;  /* 1 ok, -1 missing */
 static _Atomic int nvml_loaded;
 
 void *gs_real_cuda_handle(void) { return cuda_handle; }
+void *gs_real_nvml_handle(void) { return nvml_handle; }
 
 static void *first_symbol(void *handle, const char *a, const char *b)
 {
@@ -93,6 +95,11 @@ static void load_cuda(void)
     gs_cu.cuEventElapsedTime = first_symbol(cuda_handle, "cuEventElapsedTime_v2", "cuEventElapsedTime");
     gs_cu.cuEventDestroy = first_symbol(cuda_handle, "cuEventDestroy_v2", "cuEventDestroy");
     gs_cu.cuDeviceGetUuid = first_symbol(cuda_handle, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+    gs_cu.cuStreamIsCapturing = first_symbol(cuda_handle, "cuStreamIsCapturing", NULL);
+    gs_cu.cuStreamIsCapturing_ptsz = first_symbol(cuda_handle, "cuStreamIsCapturing_ptsz", NULL);
+    gs_cu.cuThreadExchangeStreamCaptureMode = first_symbol(cuda_handle, "cuThreadExchangeStreamCaptureMode", NULL);
+    gs_cu.cuMemPoolGetAttribute = first_symbol(cuda_handle, "cuMemPoolGetAttribute", NULL);
+    gs_cu.cuDeviceGetMemPool = first_symbol(cuda_handle, "cuDeviceGetMemPool", NULL);
     if (!gs_cu.cuCtxGetCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxPopCurrent)
         GS_WARN("the CUDA driver %s lacks context calls the token gate needs "
                 "(cuCtxGetCurrent/cuCtxSynchronize/cuCtxPushCurrent_v2/cuCtxPopCurrent_v2)", cfg->real_libcuda);
@@ -113,6 +120,9 @@ static void load_nvml(void)
     }
     resolve_rows(nvml_handle, GS_LIB_NVML);
     gs_nvml.nvmlDeviceGetUUID = first_symbol(nvml_handle, "nvmlDeviceGetUUID", NULL);
+    gs_nvml.nvmlDeviceGetCount = first_symbol(nvml_handle, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
+    gs_nvml.nvmlDeviceGetHandleByIndex =
+        first_symbol(nvml_handle, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
     atomic_store_explicit(&nvml_loaded, 1, memory_order_release);
 }
 

@@ -20,6 +20,9 @@
  * the real cuGetProcAddress answered (set on the cuGetProcAddress route). */
 extern void *gs_real_exported[GS_ID_COUNT];
 extern void *gs_real_proc[GS_ID_COUNT];
+/* A second, different pointer cuGetProcAddress answered for the same row
+ * (e.g. for other flags): metered through a third wrapper. */
+extern void *gs_real_alt[GS_ID_COUNT];
 
 /* Driver calls the shim itself makes (slow paths and the gate keeper). */
 typedef struct gs_cuda_calls {
@@ -36,11 +39,20 @@ typedef struct gs_cuda_calls {
     CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
     CUresult (*cuEventDestroy)(CUevent ev);
     CUresult (*cuDeviceGetUuid)(unsigned char uuid[16], CUdevice dev);
+    /* stream capture (stream_capture.c) */
+    CUresult (*cuStreamIsCapturing)(CUstream stream, CUstreamCaptureStatus *status);
+    CUresult (*cuStreamIsCapturing_ptsz)(CUstream stream, CUstreamCaptureStatus *status);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *mode);
+    /* pools (memory_pools.c) */
+    CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
 } gs_cuda_calls;
 extern gs_cuda_calls gs_cu;
 
 typedef struct gs_nvml_calls {
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
+    nvmlReturn_t (*nvmlDeviceGetCount)(unsigned int *count);
+    nvmlReturn_t (*nvmlDeviceGetHandleByIndex)(unsigned int index, nvmlDevice_t *device);
 } gs_nvml_calls;
 extern gs_nvml_calls gs_nvml;
 
@@ -55,6 +67,7 @@ bool gs_real_cuda_load(void);
 bool gs_real_nvml_load(void);
 /* Handles once loaded (NULL before / when missing). */
 void *gs_real_cuda_handle(void);
+void *gs_real_nvml_handle(void);
 
 /* True while this thread is inside gs_real_*_load (its dlopen may run the
  * driver's constructors, which may call our dlsym). */

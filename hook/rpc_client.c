@@ -896,7 +896,8 @@ int gs_rpc_release_memory(gs_rpc *rpc, uint64_t bytes, int wait_ms, uint64_t *us
     return rc;
 }
 
-int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used, uint64_t *total)
+int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used, uint64_t *total,
+                       uint32_t *pids, int max_pids, int *n_pids)
 {
     rpc_call *call = new_caller_call(M_MEMORY_INFO);
     if (!call)
@@ -909,6 +910,13 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used
             *used = call->reply.memory_info.used;
         if (total)
             *total = call->reply.memory_info.physical_total;
+        if (pids && n_pids) {
+            /* cuda7: the group's processes, for NVML's process listing */
+            int n = (int)call->reply.memory_info.group_pids_count;
+            *n_pids = n < max_pids ? n : max_pids;
+            for (int i = 0; i < *n_pids; i++)
+                pids[i] = call->reply.memory_info.group_pids[i];
+        }
     }
     finish_call(rpc, call, rc);
     return rc;

@@ -83,8 +83,8 @@ int gs_rpc_reserve(gs_rpc *rpc, uint64_t bytes, int wait_ms,
                    bool *granted, uint64_t *used, uint64_t *quota);
 int gs_rpc_release_memory(gs_rpc *rpc, uint64_t bytes, int wait_ms,
                           uint64_t *used, uint64_t *quota);
-int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms,
-                       uint64_t *quota, uint64_t *used, uint64_t *total);
+int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used, uint64_t *total,
+                       uint32_t *pids, int max_pids, int *n_pids);
 
 const char *gs_rpc_last_error(void);
 

@@ -12,7 +12,10 @@
 #include "config.h"
 #include "log.h"
 #include "memory_ledger.h"
+#include "memory_pools.h"
+#include "process_overhead.h"
 #include "real_driver.h"
+#include "stream_capture.h"
 
 static pthread_once_t shim_once = PTHREAD_ONCE_INIT;
 static bool shim_metered;
@@ -36,6 +39,9 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     gs_ledger_fork_child();
+    gs_pools_fork_child();
+    gs_overhead_fork_child();
+    gs_contexts_fork_child();
     gs_slots_fork_child();
     gs_tls_generation = UINT32_MAX;
     gs_tls_countdown = 0;
@@ -65,7 +71,7 @@ bool gs_shim_metered(void)
     return shim_metered;
 }
 
-void gs_launch_begin(gs_launch_ticket *t)
+void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
 {
     t->gate = NULL;
     t->checkpoint = false;
@@ -75,6 +81,9 @@ void gs_launch_begin(gs_launch_ticket *t)
         gs_tls_countdown = INT32_MAX / 2;
         return;
     }
+    /* Recorded into a graph, not run: cuGraphLaunch is gated and charged. */
+    if (gs_capture_launch_is_captured(stream, ptsz))
+        return;
     CUcontext ctx = NULL;
     gs_slot *slot = gs_slot_for_current_context(&ctx);
     if (!slot)
@@ -91,8 +100,11 @@ void gs_launch_begin(gs_launch_ticket *t)
     uint32_t closing = tls_launches_armed;
     /* Long kernels: wait for the earlier work first, then pass the gate, so
      * a slice that ended during the wait does not get one more kernel. */
-    if (same_slice)
+    if (same_slice) {
+        int mode = gs_capture_relax();   /* its event waits must not break another thread's capture */
         gs_gate_checkpoint_before_launch(g);
+        gs_capture_restore(mode);
+    }
     gs_gate_enter(g, ctx, t);
     tls_launches_armed = t->launches;
     t->checkpoint = same_slice;      /* the countdown ran out in this slice */
@@ -101,15 +113,20 @@ void gs_launch_begin(gs_launch_ticket *t)
 
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
 {
-    if (t->gate && t->checkpoint && rc == CUDA_SUCCESS)
+    if (t->gate && t->checkpoint && rc == CUDA_SUCCESS) {
+        int mode = gs_capture_relax();
         gs_gate_checkpoint(t->gate, stream, ptsz, t->launches);
+        gs_capture_restore(mode);
+    }
 }
 
-gs_slot *gs_shim_slot_for_allocation(void)
+gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx)
 {
+    if (ctx)
+        *ctx = NULL;
     if (!gs_shim_metered())
         return NULL;
-    return gs_slot_for_current_context(NULL);
+    return gs_slot_for_current_context(ctx);
 }
 
 __attribute__((destructor)) static void shim_exit(void)

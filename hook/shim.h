@@ -15,13 +15,18 @@
  * connects or starts threads by itself. */
 bool gs_shim_metered(void);
 
-/* Launch slow path: waits for a token; decides on a checkpoint. */
-void gs_launch_begin(gs_launch_ticket *t) __attribute__((noinline, cold));
+/* Launch slow path: waits for a token; decides on a checkpoint. A launch
+ * into a capturing stream passes at once (nothing runs: not gated, not
+ * charged, no checkpoint). */
+void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz) __attribute__((noinline, cold));
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
     __attribute__((noinline, cold));
 
-/* The memory account for an allocation in the current context; NULL when
- * not metered. */
-gs_slot *gs_shim_slot_for_allocation(void);
+/* fork(): forget this process's primary-context retains (overrides.c). */
+void gs_contexts_fork_child(void);
+
+/* The memory account for an allocation in the current context (returned
+ * in *ctx when not NULL); NULL when not metered. */
+gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx);
 
 #endif

@@ -39,11 +39,13 @@ static bool maybe_intercepted(const char *name)
 }
 
 /* The row cuGetProcAddress(base, version, flags) stands for: the highest
- * version <= cudaVersion among rows of that stream kind. */
+ * version <= cudaVersion among rows of that stream kind; -1 when the
+ * request is below every row's version (an older variant, possibly with
+ * another signature: it passes through untouched). */
 static int row_for_request(const char *symbol, int cuda_version, cuuint64_t flags)
 {
     int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-    int best = -1, lowest = -1, has_ptsz = 0;
+    int best = -1, has_ptsz = 0;
     for (int id = 0; id < GS_ID_COUNT; id++)
         if (!strcmp(gs_intercept_rows[id].base, symbol) && gs_intercept_rows[id].ptsz)
             has_ptsz = 1;
@@ -53,12 +55,10 @@ static int row_for_request(const char *symbol, int cuda_version, cuuint64_t flag
             continue;
         if (r->ptsz != (want_ptsz && has_ptsz))
             continue;
-        if (lowest < 0 || r->version < gs_intercept_rows[lowest].version)
-            lowest = id;
         if (r->version <= cuda_version && (best < 0 || r->version > gs_intercept_rows[best].version))
             best = id;
     }
-    return best >= 0 ? best : lowest;
+    return best;
 }
 
 void *gs_route_proc_address(const char *symbol, void *fn, int cuda_version, cuuint64_t flags)
@@ -70,19 +70,31 @@ void *gs_route_proc_address(const char *symbol, void *fn, int cuda_version, cuui
         if (fn == gs_real_exported[id] && !strcmp(gs_intercept_rows[id].base, symbol))
             return gs_wrapper_exported[id];
     for (int id = 0; id < GS_ID_COUNT; id++)
-        if (fn == gs_wrapper_exported[id] || fn == gs_wrapper_proc[id])
+        if (fn == gs_wrapper_exported[id] || fn == gs_wrapper_proc[id] || fn == gs_wrapper_alt[id])
             return fn;
     int row = row_for_request(symbol, cuda_version, flags);
     if (row < 0)
         return fn;
-    /* A driver-internal implementation: remember it for this row's twin. */
+    /* A driver-internal implementation: remember it for this row's twin;
+     * a second, different one for the same row gets the third wrapper. */
     void *expected = NULL;
     if (__atomic_compare_exchange_n(&gs_real_proc[row], &expected, fn, false, __ATOMIC_RELEASE,
                                     __ATOMIC_ACQUIRE) ||
         expected == fn)
         return gs_wrapper_proc[row];
-    GS_WARN("cuGetProcAddress(%s, %d, flags %llu) answered a second implementation %p (first %p); calls "
-            "through it are not metered", symbol, cuda_version, (unsigned long long)flags, fn, expected);
+    void *first = expected;
+    expected = NULL;
+    if (__atomic_compare_exchange_n(&gs_real_alt[row], &expected, fn, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE) ||
+        expected == fn)
+        return gs_wrapper_alt[row];
+    /* A third one: the row's exported function does the same job, metered. */
+    if (gs_real_cuda_load() && __atomic_load_n(&gs_real_exported[row], __ATOMIC_ACQUIRE)) {
+        GS_DEBUG("cuGetProcAddress(%s, %d, flags %llu) answered a third implementation %p; calls go through the "
+                 "exported %s", symbol, cuda_version, (unsigned long long)flags, fn, gs_intercept_rows[row].name);
+        return gs_wrapper_exported[row];
+    }
+    GS_WARN("cuGetProcAddress(%s, %d, flags %llu) answered a third implementation %p (others %p, %p); calls "
+            "through it are not metered", symbol, cuda_version, (unsigned long long)flags, fn, first, expected);
     return fn;
 }
 

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "real_driver.h"
 #include "rpc_client.h"
+#include "stream_capture.h"
 
 gs_gate gs_gate_passthrough = {.open = GS_GATE_PASSTHROUGH_GENERATION, .interval = INT32_MAX / 2};
 gs_gate gs_gate_closed = {.open = 0, .interval = 1};
@@ -294,6 +295,25 @@ static void synchronise_contexts(CUcontext *ctxs, int n)
     }
 }
 
+/* cuda7 (stream capture): the newest checkpoint event was recorded in a
+ * stream that was not capturing, so waiting for it is allowed (the keeper
+ * runs in RELAXED capture mode). */
+static void wait_newest_checkpoint(gs_gate *g)
+{
+    if (!gs_cu.cuEventSynchronize)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    if (g->queue_count > 0) {
+        gs_checkpoint *newest = &g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]];
+        CUcontext popped;
+        bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(newest->ctx) == CUDA_SUCCESS;
+        gs_cu.cuEventSynchronize(newest->event);
+        if (pushed)
+            gs_cu.cuCtxPopCurrent(&popped);
+    }
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
 /* Close the gate, wait for the slice's work, release the token. */
 static void end_slice_locked(gs_gate *g, bool idle)
 {
@@ -314,7 +334,14 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (uncharged) in the next holder's slice. A launch call takes a few us. */
     struct timespec quiesce = {0, 20000};
     nanosleep(&quiesce, NULL);
-    synchronise_contexts(ctxs, n);
+    /* cuda7 (stream capture): cuCtxSynchronize would wait on a capturing
+     * stream (refused, and from a GLOBAL-mode thread it invalidates the
+     * capture): while one is active, wait for the newest checkpoint only. */
+    gs_capture_thread_relaxed();
+    if (gs_capture_any())
+        wait_newest_checkpoint(g);
+    else
+        synchronise_contexts(ctxs, n);
     uint64_t used_us = (monotonic_ns() - grant_ns) / 1000ull;
     uint64_t overrun_us = used_us > quantum_us ? used_us - quantum_us : 0;
     if (!lost) {
@@ -343,6 +370,7 @@ static void end_slice_locked(gs_gate *g, bool idle)
 static void *keeper_main(void *arg)
 {
     gs_gate *g = arg;
+    gs_capture_thread_relaxed();   /* cuda7: its calls never invalidate a capture */
     pthread_mutex_lock(&g->mu);
     while (!g->stopping) {
         if (g->service_requested && g->service) {

@@ -105,9 +105,46 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
-/* cuMemCreate's properties: gslice reads only the size argument, the
- * struct is passed through as an opaque pointer. */
-typedef struct CUmemAllocationProp_st CUmemAllocationProp;
+/* cuMemCreate's properties: gslice reads the location (device memory is
+ * charged to the device it names; host and host-NUMA memory is not device
+ * memory). Layout and values from CUDA 13 cuda.h. */
+typedef int CUmemLocationType;               /* enum */
+enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+    CU_MEM_LOCATION_TYPE_HOST = 0x2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4,
+};
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+    int type;                    /* CUmemAllocationType */
+    int requestedHandleTypes;    /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+/* Stream-ordered pool attributes (cuMemPoolGetAttribute). */
+typedef int CUmemPool_attribute;             /* enum */
+enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+};
 
 /* Bytes per element of an array format (unknown formats count 4). */
 static inline size_t cuda_abi_format_bytes(CUarray_format f) {
@@ -127,6 +164,8 @@ enum {
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
     CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+    CUDA_ERROR_CAPTURED_EVENT = 907,
     CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
 };
 
@@ -138,7 +177,11 @@ typedef void (*CUhostFn)(void *userData);
 typedef int CUjit_option;                   /* enum */
 typedef int CUstreamCaptureMode;            /* enum */
 typedef int CUstreamCaptureStatus;          /* enum */
-enum { CU_STREAM_CAPTURE_STATUS_NONE = 0, CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 };
+enum { CU_STREAM_CAPTURE_STATUS_NONE = 0, CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+       CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2 };
+enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+       CU_STREAM_CAPTURE_MODE_RELAXED = 2 };
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;   /* only passed through */
 typedef int CUmemAllocationGranularity_flags; /* enum */
 typedef struct CUctxCreateParams_st CUctxCreateParams;   /* only passed through */
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;

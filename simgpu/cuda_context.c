@@ -45,6 +45,36 @@ static void process_label(char *out, size_t len) {
     snprintf(out, len, "%s", comm[0] ? comm : "unknown");
 }
 
+/* Device memory each context costs that no allocation call shows (the
+ * real driver's context state, module code, device heap and stacks):
+ * GSLICE_SIM_CONTEXT_MEMORY, default 256 MiB. Visible in cuMemGetInfo,
+ * the per-process accounting and NVML's per-process used memory. */
+#define SIM_DEFAULT_CONTEXT_MEMORY (256ull << 20)
+static uint64_t context_memory_bytes(void) {
+    const char *text = getenv("GSLICE_SIM_CONTEXT_MEMORY");
+    uint64_t bytes = SIM_DEFAULT_CONTEXT_MEMORY;
+    if (text && *text && !sim_parse_bytes(text, &bytes) && strcmp(text, "0") != 0) {
+        sim_log("GSLICE_SIM_CONTEXT_MEMORY=%s is not a size (expected bytes or e.g. 256MiB); using 256MiB", text);
+        bytes = SIM_DEFAULT_CONTEXT_MEMORY;
+    } else if (text && strcmp(text, "0") == 0) {
+        bytes = 0;
+    }
+    return bytes;
+}
+
+/* A context comes into being: take its overhead, or CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult context_overhead_take(void) {
+    uint64_t bytes = sim_process.context_memory;
+    return !bytes || sim_memory_reserve(sim_process.dev, sim_process.slot, bytes) ? CUDA_SUCCESS
+                                                                                 : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* A context goes away: its allocations and its overhead are freed. */
+static void context_teardown(CUcontext ctx) {
+    sim_memory_free_context(ctx);
+    if (sim_process.context_memory) sim_memory_release(sim_process.dev, sim_process.slot, sim_process.context_memory);
+}
+
 static uint64_t default_kernel_ns(void) {
     const char *text = getenv("GSLICE_SIM_KERNEL_US");
     if (!text || !*text) return 50000;
@@ -97,6 +127,7 @@ CUresult sim_cuInit(unsigned int flags) {
             sim_process.dev = dev;
             sim_process.pid = getpid();
             sim_process.default_kernel_ns = default_kernel_ns();
+            sim_process.context_memory = context_memory_bytes();
             sim_process.slot = sim_registry_claim(dev, sim_process.pid, label);
             if (!sim_process.slot) {
                 sim_log("cuInit: all %d process slots of the simulated GPU belong to live processes", SIM_MAX_PROCESSES);
@@ -292,6 +323,10 @@ CUresult sim_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (rc) return rc;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&primary_lock);
+    if (primary_retains == 0 && (rc = context_overhead_take()) != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&primary_lock);
+        return rc;
+    }
     primary_retains++;
     pthread_mutex_unlock(&primary_lock);
     *pctx = &primary_context;
@@ -304,7 +339,11 @@ CUresult sim_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     if (rc) return rc;
     pthread_mutex_lock(&primary_lock);
     rc = primary_retains > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    if (primary_retains > 0) primary_retains--;
+    if (primary_retains > 0 && --primary_retains == 0) {
+        /* The last release destroys the primary context. */
+        sim_streams_synchronize_all();
+        context_teardown(&primary_context);
+    }
     pthread_mutex_unlock(&primary_lock);
     return rc;
 }
@@ -317,7 +356,9 @@ CUresult sim_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     if (rc) return rc;
     sim_streams_synchronize_all();
     pthread_mutex_lock(&primary_lock);
-    primary_retains = 0;
+    /* Reset destroys the primary context's allocations; the context stays
+     * retained (and costs its overhead again) when it was. */
+    sim_memory_free_context(&primary_context);
     pthread_mutex_unlock(&primary_lock);
     return CUDA_SUCCESS;
 }
@@ -368,6 +409,7 @@ CUresult sim_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     ctx->tag = SIM_TAG_CONTEXT;
     ctx->flags = flags;
     rc = push_context(ctx);
+    if (!rc && (rc = context_overhead_take()) != CUDA_SUCCESS) context_depth--;
     if (rc) {
         free(ctx);
         return rc;
@@ -410,6 +452,7 @@ CUresult sim_cuCtxDestroy_v2(CUcontext ctx) {
             i--;
         }
     }
+    context_teardown(ctx);
     /* The handle stays readable (tagged dead) so other threads still
      * holding it get CUDA_ERROR_CONTEXT_IS_DESTROYED, not a crash. */
     ctx->tag = SIM_TAG_DEAD;
@@ -514,10 +557,21 @@ CUresult sim_cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 }
 CU_EXPORT(cuCtxGetStreamPriorityRange, (int *least, int *greatest));
 
+/* Waiting for a stream that is capturing can never finish: refused while
+ * any capture is active (after invalidating it where the thread's mode
+ * makes the call prohibited, see sim_capture_check_unsafe). */
+static CUresult check_synchronize_allowed(void) {
+    CUresult rc = sim_capture_check_unsafe();
+    if (rc) return rc;
+    return sim_capture_active() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
 CUresult sim_cuCtxSynchronize(void) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    if ((rc = check_synchronize_allowed())) return rc;
     sim_streams_synchronize_all();
+    sim_pools_release_at_sync();
     return CUDA_SUCCESS;
 }
 CU_EXPORT(cuCtxSynchronize, (void));
@@ -527,7 +581,9 @@ CUresult sim_cuCtxSynchronize_v2(CUcontext ctx) {
     CUresult rc = sim_require_init();
     if (rc) return rc;
     if (ctx->tag != SIM_TAG_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((rc = check_synchronize_allowed())) return rc;
     sim_streams_synchronize_all();
+    sim_pools_release_at_sync();
     return CUDA_SUCCESS;
 }
 CU_EXPORT(cuCtxSynchronize_v2, (CUcontext ctx));
@@ -564,6 +620,10 @@ static const struct {
      "operation failed due to a previous error during capture"},
     {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
      "capture was not initiated in this stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
     {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
      "attempt to terminate a thread-local capture sequence from another thread"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},

@@ -29,6 +29,7 @@ enum sim_handle_tag {
     SIM_TAG_EXEC = 0x45584543,     /* EXEC */
     SIM_TAG_ARRAY = 0x41525259,    /* ARRY */
     SIM_TAG_VMM = 0x564d4d48,      /* VMMH */
+    SIM_TAG_POOL = 0x504f4f4c,     /* POOL */
     SIM_TAG_DEAD = 0x44454144,     /* DEAD: destroyed */
 };
 
@@ -37,6 +38,7 @@ struct sim_cuda_process {
     struct sim_device_shared *dev;
     struct sim_process_slot *slot;
     uint64_t default_kernel_ns; /* GSLICE_SIM_KERNEL_US, for kernels other than gslice_sim_sleep */
+    uint64_t context_memory;    /* GSLICE_SIM_CONTEXT_MEMORY: each context's hidden device memory */
     int pid;
     bool initialised;
 };
@@ -63,6 +65,7 @@ enum sim_item_kind {
     SIM_ITEM_WAIT_EVENT,   /* wait until event ptr reaches generation gen */
     SIM_ITEM_FREE,         /* stream-ordered free of device pointer ptr */
     SIM_ITEM_HOST_FUNC,    /* call ptr(arg) */
+    SIM_ITEM_COPY,         /* copy/fill time: duration_ns, on the engine when count is 1 */
 };
 
 struct sim_stream_item {
@@ -85,8 +88,17 @@ CUresult sim_stream_resolve(CUstream handle, bool per_thread_default, struct CUs
  * Owns a SIM_ITEM_GRAPH item's durations array from then on, even on error. */
 CUresult sim_stream_enqueue(struct CUstream_st *stream, const struct sim_stream_item *item);
 CUresult sim_stream_synchronize(struct CUstream_st *stream);
+bool sim_stream_capturing(struct CUstream_st *stream);
 /* Wait for everything queued so far on all of the process's streams. */
 void sim_streams_synchronize_all(void);
+
+/* Stream capture rules (cuda_streams.c). Any capture active in the process? */
+bool sim_capture_active(void);
+/* Before a "potentially unsafe" call (context/legacy-stream synchronise,
+ * event query/wait, synchronous allocation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * when the calling thread's capture mode prohibits it, after invalidating
+ * the captures that prohibit it. */
+CUresult sim_capture_check_unsafe(void);
 
 /* ---- kernels and graphs (cuda_launch.c) ---- */
 /* The duration a launch of f with these parameters occupies the engine. */
@@ -94,9 +106,16 @@ CUresult sim_kernel_duration(CUfunction f, void **kernel_params, void **extra, u
 /* Capture support: append kernels to a graph being captured. */
 CUresult sim_graph_append_kernels(CUgraph graph, const uint64_t *durations, uint32_t count);
 CUresult sim_graph_new(CUgraph *out);
+bool sim_graph_live(CUgraph graph);
+CUresult sim_cuGraphDestroy(CUgraph graph);
 
 /* ---- memory (cuda_memory.c) ---- */
 /* Free a device allocation (used by stream-ordered frees). */
 CUresult sim_memory_free(CUdeviceptr ptr);
+/* Free every device allocation made while ctx was current (context
+ * destroy, primary context reset or last release). */
+void sim_memory_free_context(CUcontext ctx);
+/* A synchronisation point: pools release memory above their threshold. */
+void sim_pools_release_at_sync(void);
 
 #endif

@@ -349,6 +349,8 @@ static CUresult graph_append(CUgraph g, const uint64_t *durations, uint32_t coun
     return CUDA_SUCCESS;
 }
 
+bool sim_graph_live(CUgraph graph) { return graph && graph->tag == SIM_TAG_GRAPH; }
+
 CUresult sim_graph_append_kernels(CUgraph graph, const uint64_t *durations, uint32_t count) {
     return graph_append(graph, durations, count, NULL);
 }

@@ -5,12 +5,14 @@
  * allocation costs nothing until touched. The bytes count against the
  * device's physical memory in the shared segment, atomically across
  * processes; sizes are counted exactly as asked (no rounding).
- * Copies are instantaneous and do not occupy the engine. */
+ * Copies and fills take time in proportion to their bytes (device-side ones
+ * on the engine, like kernels). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
@@ -22,6 +24,7 @@ enum allocation_kind {
     ALLOC_DEVICE,   /* cuMemAlloc & co: counted against device memory */
     ALLOC_RESERVED, /* cuMemAddressReserve: address range only, not counted */
     ALLOC_HOST,     /* cuMemAllocHost: pinned host memory, not counted */
+    ALLOC_POOL,     /* cuMemAllocAsync: counted in the pool's reserve instead */
 };
 
 struct allocation {
@@ -29,6 +32,7 @@ struct allocation {
     size_t size;      /* bytes mapped */
     size_t counted;   /* bytes counted against device memory */
     uint32_t kind;
+    CUcontext ctx;    /* current when it was made: its teardown frees it */
 };
 
 /* Allocations sorted by base, for exact frees and range checks on copies. */
@@ -42,11 +46,26 @@ struct CUarray_st {
     size_t bytes;
 };
 
+/* cuMemCreate's physical memory: alive while any reference (cuMemCreate,
+ * cuMemRetainAllocationHandle) or any mapping (cuMemMap) remains. */
 struct vmm_allocation {
     uint32_t tag;
     int fd;
     size_t size;
+    size_t counted;   /* device bytes (0 for host / host-NUMA locations) */
+    uint32_t refs;
+    uint32_t maps;
 };
+
+/* cuMemMap mappings, for cuMemUnmap and cuMemRetainAllocationHandle. */
+struct vmm_mapping {
+    uintptr_t base;
+    size_t size;
+    struct vmm_allocation *v;
+};
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vmm_mapping *vmm_maps;
+static size_t vmm_map_count, vmm_map_capacity;
 
 /* ---- allocation table --------------------------------------------------- */
 
@@ -122,7 +141,7 @@ static CUresult allocate(size_t bytes, bool low_32bit, uintptr_t *out) {
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (!sim_memory_reserve(sim_process.dev, sim_process.slot, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = map_anonymous(bytes, low_32bit);
-    struct allocation entry = {(uintptr_t)p, bytes, bytes, ALLOC_DEVICE};
+    struct allocation entry = {(uintptr_t)p, bytes, bytes, ALLOC_DEVICE, sim_current_context()};
     if (!p || !table_insert(entry)) {
         if (p) munmap(p, bytes);
         sim_memory_release(sim_process.dev, sim_process.slot, bytes);
@@ -132,22 +151,55 @@ static CUresult allocate(size_t bytes, bool low_32bit, uintptr_t *out) {
     return CUDA_SUCCESS;
 }
 
+static void pool_block_freed(size_t bytes);
+
+void sim_memory_free_context(CUcontext ctx) {
+    for (;;) {
+        struct allocation a;
+        bool found = false;
+        pthread_mutex_lock(&table_lock);
+        for (size_t i = 0; i < table_count && !found; i++)
+            if (table[i].ctx == ctx && (table[i].kind == ALLOC_DEVICE || table[i].kind == ALLOC_POOL)) {
+                a = table[i];
+                found = true;
+            }
+        pthread_mutex_unlock(&table_lock);
+        if (!found) return;
+        sim_memory_free((CUdeviceptr)a.base);
+    }
+}
+
 CUresult sim_memory_free(CUdeviceptr ptr) {
     struct allocation a;
-    if (!table_remove((uintptr_t)ptr, ALLOC_DEVICE, &a)) return CUDA_ERROR_INVALID_VALUE;
-    munmap((void *)a.base, a.size);
-    sim_memory_release(sim_process.dev, sim_process.slot, a.counted);
-    return CUDA_SUCCESS;
+    if (table_remove((uintptr_t)ptr, ALLOC_DEVICE, &a)) {
+        munmap((void *)a.base, a.size);
+        sim_memory_release(sim_process.dev, sim_process.slot, a.counted);
+        return CUDA_SUCCESS;
+    }
+    if (table_remove((uintptr_t)ptr, ALLOC_POOL, &a)) {
+        munmap((void *)a.base, a.size);
+        pool_block_freed(a.size); /* the pool keeps the memory */
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* cuMemAlloc's work, without the capture check (stream-ordered and
+ * managed allocations use it too). */
+static CUresult alloc_device(CUdeviceptr *dptr, size_t bytesize) {
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p;
+    CUresult rc = allocate(bytesize, false, &p);
+    if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+    return rc;
 }
 
 CUresult sim_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t p;
-    rc = allocate(bytesize, false, &p);
-    if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
-    return rc;
+    /* A synchronous allocation is "potentially unsafe" during capture. */
+    if ((rc = sim_capture_check_unsafe())) return rc;
+    return alloc_device(dptr, bytesize);
 }
 CU_EXPORT(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize));
 
@@ -156,6 +208,7 @@ CU_EXPORT(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize));
 CUresult sim_cuMemAlloc(unsigned int *dptr, unsigned int bytesize) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    if ((rc = sim_capture_check_unsafe())) return rc;
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t p;
     rc = allocate(bytesize, true, &p);
@@ -189,7 +242,9 @@ CU_EXPORT(cuMemAllocPitch_v2, (CUdeviceptr * dptr, size_t *pitch, size_t width, 
 
 CUresult sim_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-    return sim_cuMemAlloc_v2(dptr, bytesize);
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    return alloc_device(dptr, bytesize);
 }
 CU_EXPORT(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytesize, unsigned int flags));
 
@@ -197,6 +252,7 @@ CUresult sim_cuMemFree_v2(CUdeviceptr dptr) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!dptr) return CUDA_SUCCESS; /* freeing NULL is a no-op, as on the driver */
+    if ((rc = sim_capture_check_unsafe())) return rc;
     return sim_memory_free(dptr);
 }
 CU_EXPORT(cuMemFree_v2, (CUdeviceptr dptr));
@@ -204,33 +260,163 @@ CU_EXPORT(cuMemFree_v2, (CUdeviceptr dptr));
 CUresult sim_cuMemFree(unsigned int dptr) { return sim_cuMemFree_v2((CUdeviceptr)dptr); }
 CU_EXPORT(cuMemFree, (unsigned int dptr));
 
-/* Stream-ordered allocation: the memory is taken now (so an over-quota
+/* ---- stream-ordered pool ------------------------------------------------
+ * One pool per device (the default pool). A block freed with
+ * cuMemFreeAsync goes back to the pool, which keeps the device memory
+ * (RESERVED_MEM_CURRENT) and reuses it; at the next synchronisation
+ * (stream, event, context) it releases what it holds above
+ * max(in use, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) (default threshold 0);
+ * cuMemPoolTrimTo releases down to max(in use, minBytesToKeep). */
+struct CUmemPoolHandle_st {
+    uint32_t tag;
+    pthread_mutex_t lock;
+    uint64_t reserved, used, threshold, reserved_high, used_high;
+};
+static struct CUmemPoolHandle_st default_pool = {SIM_TAG_POOL, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
+
+static bool pool_live(CUmemoryPool pool) { return pool == &default_pool; }
+
+/* Called with the pool locked: release what it holds above keep. */
+static void pool_shrink_locked(struct CUmemPoolHandle_st *pool, uint64_t keep) {
+    if (keep < pool->used) keep = pool->used;
+    if (pool->reserved <= keep) return;
+    sim_memory_release(sim_process.dev, sim_process.slot, pool->reserved - keep);
+    pool->reserved = keep;
+}
+
+void sim_pools_release_at_sync(void) {
+    pthread_mutex_lock(&default_pool.lock);
+    pool_shrink_locked(&default_pool, default_pool.threshold);
+    pthread_mutex_unlock(&default_pool.lock);
+}
+
+static void pool_block_freed(size_t bytes) {
+    pthread_mutex_lock(&default_pool.lock);
+    default_pool.used -= bytes;
+    pthread_mutex_unlock(&default_pool.lock);
+}
+
+static CUresult pool_allocate(struct CUmemPoolHandle_st *pool, size_t bytes, CUdeviceptr *dptr) {
+    if (!dptr || !bytes) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool->lock);
+    uint64_t idle = pool->reserved - pool->used;
+    uint64_t grow = bytes > idle ? bytes - idle : 0;
+    if (grow && !sim_memory_reserve(sim_process.dev, sim_process.slot, grow)) {
+        pthread_mutex_unlock(&pool->lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    void *p = map_anonymous(bytes, false);
+    struct allocation entry = {(uintptr_t)p, bytes, 0, ALLOC_POOL, sim_current_context()};
+    if (!p || !table_insert(entry)) {
+        if (p) munmap(p, bytes);
+        if (grow) sim_memory_release(sim_process.dev, sim_process.slot, grow);
+        pthread_mutex_unlock(&pool->lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool->reserved += grow;
+    pool->used += bytes;
+    if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+    if (pool->used > pool->used_high) pool->used_high = pool->used;
+    pthread_mutex_unlock(&pool->lock);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult device_pool(CUmemoryPool *pool, CUdevice dev) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &default_pool;
+    return CUDA_SUCCESS;
+}
+CUresult sim_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev); }
+CU_EXPORT(cuDeviceGetDefaultMemPool, (CUmemoryPool * pool, CUdevice dev));
+CUresult sim_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev); }
+CU_EXPORT(cuDeviceGetMemPool, (CUmemoryPool * pool, CUdevice dev));
+
+CUresult sim_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!pool_live(pool) || !value) return CUDA_ERROR_INVALID_VALUE;
+    struct CUmemPoolHandle_st *p = pool;
+    pthread_mutex_lock(&p->lock);
+    uint64_t v = 0;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = 1;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = p->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
+    default: rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS && attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) *(cuuint64_t *)value = v;
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+CU_EXPORT(cuMemPoolGetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value));
+
+/* Settable: the release threshold; the high watermarks reset (to 0 only). */
+CUresult sim_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!pool_live(pool) || !value) return CUDA_ERROR_INVALID_VALUE;
+    struct CUmemPoolHandle_st *p = pool;
+    pthread_mutex_lock(&p->lock);
+    cuuint64_t v = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD ? *(cuuint64_t *)value : 0;
+    if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) p->threshold = v;
+    else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH && v == 0) p->reserved_high = p->reserved;
+    else if (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH && v == 0) p->used_high = p->used;
+    else if (attr < CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr > CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+CU_EXPORT(cuMemPoolSetAttribute, (CUmemoryPool pool, CUmemPool_attribute attr, void *value));
+
+CUresult sim_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!pool_live(pool)) return CUDA_ERROR_INVALID_VALUE;
+    struct CUmemPoolHandle_st *p = pool;
+    pthread_mutex_lock(&p->lock);
+    pool_shrink_locked(p, minBytesToKeep);
+    pthread_mutex_unlock(&p->lock);
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep));
+
+/* Stream-ordered allocation: from the pool at the call (so an over-quota
  * request fails at the call, which is where the driver reports it). */
-static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream, bool ptds) {
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    if (!pool_live(pool)) return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
-    return sim_cuMemAlloc_v2(dptr, bytesize);
+    return pool_allocate(pool, bytesize, dptr);
 }
 CUresult sim_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    return alloc_async(dptr, bytesize, hStream, false);
+    return alloc_async(dptr, bytesize, &default_pool, hStream, false);
 }
 CU_EXPORT(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream));
 CUresult sim_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    return alloc_async(dptr, bytesize, hStream, true);
+    return alloc_async(dptr, bytesize, &default_pool, hStream, true);
 }
 CU_EXPORT(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream));
 
 CUresult sim_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-    (void)pool;
-    return alloc_async(dptr, bytesize, hStream, false);
+    return alloc_async(dptr, bytesize, pool, hStream, false);
 }
 CU_EXPORT(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream));
 CUresult sim_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-    (void)pool;
-    return alloc_async(dptr, bytesize, hStream, true);
+    return alloc_async(dptr, bytesize, pool, hStream, true);
 }
 CU_EXPORT(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream));
 
@@ -239,7 +425,8 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     struct allocation a;
-    if (!table_find_range((uintptr_t)dptr, 1, &a) || a.base != (uintptr_t)dptr || a.kind != ALLOC_DEVICE)
+    if (!table_find_range((uintptr_t)dptr, 1, &a) || a.base != (uintptr_t)dptr ||
+        (a.kind != ALLOC_DEVICE && a.kind != ALLOC_POOL))
         return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
@@ -299,7 +486,7 @@ CUresult sim_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     if (rc) return rc;
     if (!pp || !bytesize) return CUDA_ERROR_INVALID_VALUE;
     void *p = map_anonymous(bytesize, false);
-    struct allocation entry = {(uintptr_t)p, bytesize, 0, ALLOC_HOST};
+    struct allocation entry = {(uintptr_t)p, bytesize, 0, ALLOC_HOST, NULL};
     if (!p || !table_insert(entry)) {
         if (p) munmap(p, bytesize);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -343,36 +530,83 @@ CUresult sim_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!handle || !prop || flags || !size || size % SIM_VMM_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_memory_reserve(sim_process.dev, sim_process.slot, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    bool device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    if (device && prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!device && prop->location.type != CU_MEM_LOCATION_TYPE_HOST &&
+        prop->location.type != CU_MEM_LOCATION_TYPE_HOST_NUMA &&
+        prop->location.type != CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t counted = device ? size : 0; /* host memory is not device memory */
+    if (counted && !sim_memory_reserve(sim_process.dev, sim_process.slot, counted)) return CUDA_ERROR_OUT_OF_MEMORY;
     struct vmm_allocation *v = calloc(1, sizeof *v);
     int fd = v ? memfd_create("gslice-sim-vmm", MFD_CLOEXEC) : -1;
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0) close(fd);
         free(v);
-        sim_memory_release(sim_process.dev, sim_process.slot, size);
+        if (counted) sim_memory_release(sim_process.dev, sim_process.slot, counted);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     v->tag = SIM_TAG_VMM;
     v->fd = fd;
     v->size = size;
+    v->counted = counted;
+    v->refs = 1;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return CUDA_SUCCESS;
 }
 CU_EXPORT(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp *prop,
                         unsigned long long flags));
 
+/* Called with vmm_lock held: the last reference and mapping are gone. */
+static void vmm_free_if_unused_locked(struct vmm_allocation *v) {
+    if (v->refs || v->maps) return;
+    v->tag = SIM_TAG_DEAD;
+    close(v->fd);
+    if (v->counted) sim_memory_release(sim_process.dev, sim_process.slot, v->counted);
+    free(v);
+}
+
+/* A handle the caller still holds a reference to, or NULL. vmm_lock held. */
+static struct vmm_allocation *vmm_referenced_locked(CUmemGenericAllocationHandle handle) {
+    struct vmm_allocation *v = (struct vmm_allocation *)(uintptr_t)handle;
+    return v && v->tag == SIM_TAG_VMM && v->refs > 0 ? v : NULL;
+}
+
 CUresult sim_cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    struct vmm_allocation *v = (struct vmm_allocation *)(uintptr_t)handle;
-    if (!v || v->tag != SIM_TAG_VMM) return CUDA_ERROR_INVALID_VALUE;
-    v->tag = SIM_TAG_DEAD;
-    close(v->fd); /* existing mappings keep the pages alive until unmapped */
-    sim_memory_release(sim_process.dev, sim_process.slot, v->size);
-    free(v);
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&vmm_lock);
+    struct vmm_allocation *v = vmm_referenced_locked(handle);
+    if (v) {
+        v->refs--;
+        vmm_free_if_unused_locked(v); /* mapped memory lives on until unmapped */
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return v ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 CU_EXPORT(cuMemRelease, (CUmemGenericAllocationHandle handle));
+
+/* The same handle value, one more reference (cuda.h: each call must be
+ * matched by a cuMemRelease). */
+CUresult sim_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    for (size_t i = 0; i < vmm_map_count; i++) {
+        struct vmm_mapping *m = &vmm_maps[i];
+        if ((uintptr_t)addr >= m->base && (uintptr_t)addr < m->base + m->size) {
+            m->v->refs++;
+            *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->v;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+CU_EXPORT(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * handle, void *addr));
 
 CUresult sim_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                  unsigned long long flags) {
@@ -390,7 +624,7 @@ CUresult sim_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment
     if (base > (uintptr_t)raw) munmap(raw, base - (uintptr_t)raw);
     uintptr_t end = (uintptr_t)raw + span;
     if (end > base + size) munmap((void *)(base + size), end - (base + size));
-    struct allocation entry = {base, size, 0, ALLOC_RESERVED};
+    struct allocation entry = {base, size, 0, ALLOC_RESERVED, NULL};
     if (!table_insert(entry)) {
         munmap((void *)base, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -424,22 +658,74 @@ CUresult sim_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
                       unsigned long long flags) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    struct vmm_allocation *v = (struct vmm_allocation *)(uintptr_t)handle;
-    if (!v || v->tag != SIM_TAG_VMM || flags) return CUDA_ERROR_INVALID_VALUE;
-    if (!in_reserved_range(ptr, size) || offset > v->size || size > v->size - offset) return CUDA_ERROR_INVALID_VALUE;
+    if (flags || !in_reserved_range(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    struct vmm_allocation *v = vmm_referenced_locked(handle);
+    for (size_t i = 0; v && i < vmm_map_count; i++)   /* already mapped there */
+        if ((uintptr_t)ptr < vmm_maps[i].base + vmm_maps[i].size && vmm_maps[i].base < (uintptr_t)ptr + size) v = NULL;
+    if (!v || offset > v->size || size > v->size - offset) {
+        pthread_mutex_unlock(&vmm_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (vmm_map_count == vmm_map_capacity) {
+        size_t capacity = vmm_map_capacity ? vmm_map_capacity * 2 : 16;
+        struct vmm_mapping *grown = realloc(vmm_maps, capacity * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&vmm_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        vmm_maps = grown;
+        vmm_map_capacity = capacity;
+    }
     void *p = mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->fd, (off_t)offset);
-    return p == MAP_FAILED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    if (p == MAP_FAILED) {
+        pthread_mutex_unlock(&vmm_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    vmm_maps[vmm_map_count++] = (struct vmm_mapping){(uintptr_t)ptr, size, v};
+    v->maps++;
+    pthread_mutex_unlock(&vmm_lock);
+    return CUDA_SUCCESS;
 }
 CU_EXPORT(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                      unsigned long long flags));
 
+/* Unmaps every mapping inside [ptr, ptr + size); a mapping only partly
+ * inside, or no mapping at all, is CUDA_ERROR_INVALID_VALUE. */
 CUresult sim_cuMemUnmap(CUdeviceptr ptr, size_t size) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!in_reserved_range(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
-    void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-                   -1, 0);
-    return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
+    pthread_mutex_lock(&vmm_lock);
+    size_t found = 0;
+    for (size_t i = 0; i < vmm_map_count; i++) {
+        struct vmm_mapping *m = &vmm_maps[i];
+        if (m->base < hi && lo < m->base + m->size) {
+            if (m->base < lo || m->base + m->size > hi) {
+                pthread_mutex_unlock(&vmm_lock);
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            found++;
+        }
+    }
+    if (!found) {
+        pthread_mutex_unlock(&vmm_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    mmap((void *)lo, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    for (size_t i = 0; i < vmm_map_count;) {
+        struct vmm_mapping m = vmm_maps[i];
+        if (m.base >= lo && m.base + m.size <= hi) {
+            vmm_maps[i] = vmm_maps[--vmm_map_count];
+            m.v->maps--;
+            vmm_free_if_unused_locked(m.v);
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return CUDA_SUCCESS;
 }
 CU_EXPORT(cuMemUnmap, (CUdeviceptr ptr, size_t size));
 
@@ -546,39 +832,88 @@ static CUresult wait_before_sync_copy(bool ptds) {
     return rc ? rc : sim_stream_synchronize(s);
 }
 
-/* Async forms run in stream order: wait for the stream, then copy. */
-static CUresult wait_stream(CUstream hStream, bool ptds) {
+/* Async forms: the copy's time is queued on the stream at the call (the
+ * bytes move at once: simulated kernels never touch memory, so no order
+ * is lost). Into a capturing stream the copy takes no time (copy and
+ * memset graph nodes are not modelled); *captured says so. */
+static CUresult stream_capturing(CUstream hStream, bool ptds, bool *captured) {
     struct CUstream_st *s;
     CUresult rc = sim_stream_resolve(hStream, ptds, &s);
-    return rc ? rc : sim_stream_synchronize(s);
+    if (rc) return rc;
+    *captured = sim_stream_capturing(s);
+    return CUDA_SUCCESS;
 }
+
+/* Engine time of copies and fills, proportional to their bytes:
+ * host<->device at GSLICE_SIM_COPY_GBPS (default 25 GB/s, PCIe; the copy
+ * engines, not the SMs: no engine time), device-side copies and fills at
+ * GSLICE_SIM_DEVICE_GBPS (default 1000 GB/s; they hold the engine like a
+ * kernel, as they compete for SMs and memory bandwidth). */
+static double gbps_from_env(const char *name, double fallback) {
+    const char *text = getenv(name);
+    char *end;
+    double v = text && *text ? strtod(text, &end) : 0;
+    return text && *text && *end == '\0' && v > 0 ? v : fallback;
+}
+
+/* Queue the copy's time on its stream (the bytes moved at the call): the
+ * stream, cuStreamSynchronize and cuCtxSynchronize wait for it, as for a
+ * kernel. Synchronous forms then wait for it. */
+static CUresult queue_copy_time(CUstream hStream, bool ptds, size_t bytes, bool on_device, bool wait) {
+    static double host_gbps, device_gbps;
+    if (!host_gbps) {
+        host_gbps = gbps_from_env("GSLICE_SIM_COPY_GBPS", 25.0);
+        device_gbps = gbps_from_env("GSLICE_SIM_DEVICE_GBPS", 1000.0);
+    }
+    uint64_t ns = (uint64_t)((double)bytes / (on_device ? device_gbps : host_gbps));
+    if (!ns) return CUDA_SUCCESS;
+    struct CUstream_st *s;
+    CUresult rc = sim_stream_resolve(hStream, ptds, &s);
+    if (rc) return rc;
+    struct sim_stream_item item = {.kind = SIM_ITEM_COPY, .count = on_device ? 1u : 0u, .duration_ns = ns};
+    rc = sim_stream_enqueue(s, &item);
+    return rc || !wait ? rc : sim_stream_synchronize(s);
+}
+
 
 enum copy_direction { HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, ANY_TO_ANY };
 
-static CUresult copy_checked(void *dst, const void *src, size_t bytes, enum copy_direction dir) {
+/* The time is queued before the bytes move and waited for after (for the
+ * synchronous forms): like a driver, the call submits at once, so a
+ * synchronisation from another thread covers it. */
+static CUresult copy_checked(void *dst, const void *src, size_t bytes, enum copy_direction dir, CUstream hStream,
+                             bool ptds, bool timed, bool wait) {
     if (!bytes) return CUDA_SUCCESS;
     if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
     bool dst_dev = dir == HOST_TO_DEVICE || dir == DEVICE_TO_DEVICE;
     bool src_dev = dir == DEVICE_TO_HOST || dir == DEVICE_TO_DEVICE;
     if (dst_dev && !device_range((uintptr_t)dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
     if (src_dev && !device_range((uintptr_t)src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (dir == ANY_TO_ANY) {
+        dst_dev = device_range((uintptr_t)dst, bytes);
+        src_dev = device_range((uintptr_t)src, bytes);
+    }
+    CUresult rc = timed ? queue_copy_time(hStream, ptds, bytes, dst_dev && src_dev, false) : CUDA_SUCCESS;
+    if (rc) return rc;
     memmove(dst, src, bytes);
-    return CUDA_SUCCESS;
+    return timed && wait ? wait_before_sync_copy(ptds) : CUDA_SUCCESS;
 }
 
+/* Submitted at once (its time queued behind the stream's work), then the
+ * caller waits for it and for the work before it. */
 static CUresult copy_sync(void *dst, const void *src, size_t bytes, enum copy_direction dir, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    rc = wait_before_sync_copy(ptds);
-    return rc ? rc : copy_checked(dst, src, bytes, dir);
+    return copy_checked(dst, src, bytes, dir, NULL, ptds, true, true);
 }
 
 static CUresult copy_async(void *dst, const void *src, size_t bytes, enum copy_direction dir, CUstream hStream,
                            bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    rc = wait_stream(hStream, ptds);
-    return rc ? rc : copy_checked(dst, src, bytes, dir);
+    bool captured;
+    rc = stream_capturing(hStream, ptds, &captured);
+    return rc ? rc : copy_checked(dst, src, bytes, dir, hStream, ptds, !captured, false);
 }
 
 #define DPTR(p) ((void *)(uintptr_t)(p))
@@ -623,10 +958,12 @@ static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, 
                      bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    rc = has_stream ? wait_stream(hStream, ptds) : wait_before_sync_copy(ptds);
-    if (rc) return rc;
+    bool captured = false;
+    if (has_stream && (rc = stream_capturing(hStream, ptds, &captured))) return rc;
     if (!n) return CUDA_SUCCESS;
     if (n > SIZE_MAX / width || !device_range(dst, n * width) || dst % width) return CUDA_ERROR_INVALID_VALUE;
+    CUstream stream = has_stream ? hStream : NULL;
+    if (!captured && (rc = queue_copy_time(stream, ptds, n * width, true, false))) return rc;
     unsigned char *p = DPTR(dst);
     if (width == 1) {
         memset(p, (int)(value & 0xff), n);
@@ -636,7 +973,7 @@ static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, 
     } else {
         for (size_t i = 0; i < n; i++) memcpy(p + 4 * i, &value, 4);
     }
-    return CUDA_SUCCESS;
+    return captured || has_stream ? CUDA_SUCCESS : wait_before_sync_copy(ptds);
 }
 
 CUresult sim_cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill(d, v, n, 1, false, NULL, false); }

@@ -2,6 +2,7 @@
  * CUDA version and stream flavour, answered from cuda_entry_points.h with
  * the library's own (hidden, non-interposable) function addresses. */
 #define _GNU_SOURCE
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -30,6 +31,27 @@ static const struct proc_entry entries[] = {
 #undef SIM_ENTRY
 };
 
+/* GSLICE_SIM_PROC_ADDRESS_VARIANTS=1: an explicit legacy-stream request
+ * (CU_GET_PROC_ADDRESS_LEGACY_STREAM) for cuLaunchKernel answers a second,
+ * different internal function doing the same, as a real driver may answer
+ * per-flags variants: an interposer must meter both. */
+CUresult sim_cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void **, void **);
+static CUresult launch_kernel_explicit_legacy(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                              unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+                                              void **extra) {
+    return sim_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+}
+
+static bool variants_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *v = getenv("GSLICE_SIM_PROC_ADDRESS_VARIANTS");
+        mode = v && !strcmp(v, "1");
+    }
+    return mode == 1;
+}
+
 static CUresult lookup(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                        CUdriverProcAddressQueryResult *status) {
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
@@ -54,6 +76,8 @@ static CUresult lookup(const char *symbol, void **pfn, int cuda_version, cuuint6
         return CUDA_ERROR_NOT_FOUND;
     }
     *pfn = chosen->fn;
+    if (variants_mode() && flags == CU_GET_PROC_ADDRESS_LEGACY_STREAM && !strcmp(symbol, "cuLaunchKernel"))
+        *pfn = (void *)launch_kernel_explicit_legacy;
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 
@@ -36,6 +37,11 @@ struct CUstream_st {
     uint64_t head;             /* items completed (index of the next to run) */
     uint64_t tail;             /* items queued */
     CUgraph capture;           /* graph being captured into, or NULL */
+    int capture_mode;          /* CU_STREAM_CAPTURE_MODE_* given at begin */
+    bool capture_invalid;      /* a prohibited call invalidated it */
+    bool capture_owns_graph;   /* false: cuStreamBeginCaptureToGraph's graph */
+    pthread_t capture_thread;  /* the thread that began it */
+    uint64_t capture_id;
     struct CUstream_st *next_free;
     struct sim_stream_item ring[SIM_STREAM_DEPTH];
 };
@@ -48,6 +54,8 @@ struct CUevent_st {
     uint64_t timestamp_ns; /* CLOCK_MONOTONIC of the last record reached */
     uint32_t refs;         /* the user's handle + queued items naming it */
     bool destroyed;
+    struct CUstream_st *captured_in; /* last recorded in this capturing stream */
+    uint64_t captured_id;            /* ... during this capture sequence */
 };
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -62,6 +70,14 @@ static pthread_once_t thread_stream_key_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t event_reached = PTHREAD_COND_INITIALIZER;
+
+/* Stream capture: captures active in the process (read unlocked as a hint
+ * by the checks, so calls made without any capture stay cheap), the
+ * source of capture ids, and each thread's interaction mode
+ * (cuThreadExchangeStreamCaptureMode; GLOBAL by default). */
+static _Atomic int active_captures;
+static _Atomic uint64_t capture_ids;
+static __thread int thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 /* ---- stream pool -------------------------------------------------------- */
 
@@ -136,11 +152,11 @@ static void event_unref_locked(struct CUevent_st *ev) {
 static void run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
     switch (item->kind) {
     case SIM_ITEM_KERNEL:
-        sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn);
+        sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, true);
         break;
     case SIM_ITEM_GRAPH: {
         const uint64_t *durations = item->ptr;
-        for (uint32_t i = 0; i < item->count; i++) sim_engine_run(sim_process.dev, sim_process.slot, durations[i], turn);
+        for (uint32_t i = 0; i < item->count; i++) sim_engine_run(sim_process.dev, sim_process.slot, durations[i], turn, true);
         free(item->ptr);
         break;
     }
@@ -168,6 +184,14 @@ static void run_item(const struct sim_stream_item *item, struct sim_engine_turn 
         break;
     case SIM_ITEM_HOST_FUNC:
         ((CUhostFn)item->ptr)(item->arg);
+        break;
+    case SIM_ITEM_COPY:
+        if (item->count) {
+            sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, false);
+        } else {
+            struct timespec ts = {(time_t)(item->duration_ns / 1000000000ull), (long)(item->duration_ns % 1000000000ull)};
+            nanosleep(&ts, NULL);
+        }
         break;
     }
 }
@@ -285,7 +309,8 @@ static CUresult capture_item_locked(struct CUstream_st *s, const struct sim_stre
 CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item *item) {
     pthread_mutex_lock(&s->lock);
     if (s->capture) {
-        CUresult rc = capture_item_locked(s, item);
+        CUresult rc = s->capture_invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : capture_item_locked(s, item);
+        if (rc != CUDA_SUCCESS && item->kind == SIM_ITEM_GRAPH && s->capture_invalid) free(item->ptr);
         pthread_mutex_unlock(&s->lock);
         return rc;
     }
@@ -324,9 +349,17 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
     return CUDA_SUCCESS;
 }
 
+bool sim_stream_capturing(struct CUstream_st *s) {
+    pthread_mutex_lock(&s->lock);
+    bool capturing = s->capture != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return capturing;
+}
+
 CUresult sim_stream_synchronize(struct CUstream_st *s) {
     pthread_mutex_lock(&s->lock);
     if (s->capture) {
+        s->capture_invalid = true; /* waiting on a capture can never finish */
         pthread_mutex_unlock(&s->lock);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
@@ -336,12 +369,20 @@ CUresult sim_stream_synchronize(struct CUstream_st *s) {
     return CUDA_SUCCESS;
 }
 
-void sim_streams_synchronize_all(void) {
+/* Every stream ever made (streams are pooled, never freed); free() it. */
+static struct CUstream_st **snapshot_streams(size_t *count) {
     pthread_mutex_lock(&pool_lock);
     size_t n = stream_count;
     struct CUstream_st **snapshot = malloc((n ? n : 1) * sizeof *snapshot);
     if (snapshot && n) memcpy(snapshot, all_streams, n * sizeof *snapshot);
     pthread_mutex_unlock(&pool_lock);
+    *count = snapshot ? n : 0;
+    return snapshot;
+}
+
+void sim_streams_synchronize_all(void) {
+    size_t n;
+    struct CUstream_st **snapshot = snapshot_streams(&n);
     if (!snapshot) return;
     for (size_t i = 0; i < n; i++) {
         struct CUstream_st *s = snapshot[i];
@@ -363,10 +404,64 @@ static void forget_streams_after_fork(void) {
     free_streams = NULL;
     legacy_stream = NULL;
     thread_stream = NULL;
+    active_captures = 0;
 }
 
 __attribute__((constructor)) static void register_fork_handler(void) {
     pthread_atfork(NULL, NULL, forget_streams_after_fork);
+}
+
+/* ---- capture rules ------------------------------------------------------
+ * cuda.h, cuStreamBeginCapture / cuThreadExchangeStreamCaptureMode: a
+ * thread in GLOBAL mode may not make a "potentially unsafe" call while it
+ * has a non-relaxed capture of its own or another thread has a GLOBAL
+ * capture; THREAD_LOCAL only counts its own captures; RELAXED is never
+ * prohibited. A prohibited call fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that
+ * prohibited it (cuStreamEndCapture then returns
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
+
+bool sim_capture_active(void) { return __atomic_load_n(&active_captures, __ATOMIC_ACQUIRE) > 0; }
+
+CUresult sim_capture_check_unsafe(void) {
+    if (!sim_capture_active()) return CUDA_SUCCESS;
+    int mode = thread_capture_mode;
+    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+    pthread_t me = pthread_self();
+    size_t n;
+    struct CUstream_st **streams = snapshot_streams(&n);
+    bool prohibited = false;
+    for (size_t i = 0; i < n; i++) {
+        struct CUstream_st *s = streams[i];
+        pthread_mutex_lock(&s->lock);
+        if (s->capture && !s->capture_invalid) {
+            bool mine = pthread_equal(s->capture_thread, me);
+            if ((mine && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+                (!mine && mode == CU_STREAM_CAPTURE_MODE_GLOBAL && s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+                s->capture_invalid = true;
+                prohibited = true;
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    free(streams);
+    return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* An event last recorded in a capture that is still active cannot be
+ * waited for or queried in any mode: CUDA_ERROR_CAPTURED_EVENT, and the
+ * capture is invalidated. */
+static CUresult check_captured_event(struct CUevent_st *ev) {
+    pthread_mutex_lock(&event_lock);
+    struct CUstream_st *s = ev->captured_in;
+    uint64_t id = ev->captured_id;
+    pthread_mutex_unlock(&event_lock);
+    if (!s) return CUDA_SUCCESS;
+    pthread_mutex_lock(&s->lock);
+    bool active = s->capture && s->capture_id == id;
+    if (active) s->capture_invalid = true;
+    pthread_mutex_unlock(&s->lock);
+    return active ? CUDA_ERROR_CAPTURED_EVENT : CUDA_SUCCESS;
 }
 
 /* ---- stream API --------------------------------------------------------- */
@@ -404,13 +499,24 @@ CU_EXPORT(cuStreamDestroy_v2, (CUstream hStream));
 CUresult sim_cuStreamDestroy(CUstream hStream) { return sim_cuStreamDestroy_v2(hStream); }
 CU_EXPORT(cuStreamDestroy, (CUstream hStream));
 
+/* Synchronising or querying the legacy stream waits on every blocking
+ * stream: potentially unsafe while a capture is active. */
+static CUresult check_legacy_unsafe(CUstream hStream, bool ptds) {
+    if (hStream == CU_STREAM_LEGACY || (!hStream && !ptds)) return sim_capture_check_unsafe();
+    return CUDA_SUCCESS;
+}
+
 static CUresult stream_synchronize(CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
-    return sim_stream_synchronize(s);
+    rc = check_legacy_unsafe(hStream, ptds);
+    if (rc) return rc;
+    rc = sim_stream_synchronize(s);
+    if (rc == CUDA_SUCCESS) sim_pools_release_at_sync();
+    return rc;
 }
 CUresult sim_cuStreamSynchronize(CUstream hStream) { return stream_synchronize(hStream, false); }
 CU_EXPORT(cuStreamSynchronize, (CUstream hStream));
@@ -423,7 +529,14 @@ static CUresult stream_query(CUstream hStream, bool ptds) {
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
+    rc = check_legacy_unsafe(hStream, ptds);
+    if (rc) return rc;
     pthread_mutex_lock(&s->lock);
+    if (s->capture) {
+        s->capture_invalid = true;
+        pthread_mutex_unlock(&s->lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     bool idle = s->head == s->tail;
     pthread_mutex_unlock(&s->lock);
     return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -513,37 +626,77 @@ CU_EXPORT(cuLaunchHostFunc_ptsz, (CUstream hStream, CUhostFn fn, void *user_data
 
 /* ---- stream capture ----------------------------------------------------- */
 
-static CUresult begin_capture(CUstream hStream, bool ptds) {
+static CUresult begin_capture(CUstream hStream, CUgraph into, CUstreamCaptureMode mode, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    if (!hStream || hStream == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    if (!hStream && !ptds) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (hStream == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
-    CUgraph graph;
-    rc = sim_graph_new(&graph);
-    if (rc) return rc;
+    CUgraph graph = into;
+    if (!graph) {
+        rc = sim_graph_new(&graph);
+        if (rc) return rc;
+    }
     pthread_mutex_lock(&s->lock);
     if (s->capture) {
         pthread_mutex_unlock(&s->lock);
+        if (!into) sim_cuGraphDestroy(graph);
         return CUDA_ERROR_ILLEGAL_STATE;
     }
     s->capture = graph;
+    s->capture_mode = mode;
+    s->capture_invalid = false;
+    s->capture_owns_graph = into == NULL;
+    s->capture_thread = pthread_self();
+    s->capture_id = __atomic_add_fetch(&capture_ids, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&active_captures, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->lock);
     return CUDA_SUCCESS;
 }
 CUresult sim_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-    (void)mode;
-    return begin_capture(hStream, false);
+    return begin_capture(hStream, NULL, mode, false);
 }
 CU_EXPORT(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode));
 CUresult sim_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-    (void)mode;
-    return begin_capture(hStream, true);
+    return begin_capture(hStream, NULL, mode, true);
 }
 CU_EXPORT(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode));
-CUresult sim_cuStreamBeginCapture(CUstream hStream) { return begin_capture(hStream, false); }
+/* The CUDA 10.0 form has no mode argument: GLOBAL. */
+CUresult sim_cuStreamBeginCapture(CUstream hStream) {
+    return begin_capture(hStream, NULL, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
 CU_EXPORT(cuStreamBeginCapture, (CUstream hStream));
+CUresult sim_cuStreamBeginCapture_ptsz(CUstream hStream) {
+    return begin_capture(hStream, NULL, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+CU_EXPORT(cuStreamBeginCapture_ptsz, (CUstream hStream));
+
+/* Dependencies are not modelled (nodes run in the order added). */
+static CUresult begin_capture_to_graph(CUstream hStream, CUgraph hGraph, CUstreamCaptureMode mode, bool ptds) {
+    if (!sim_graph_live(hGraph)) return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(hStream, hGraph, mode, ptds);
+}
+CUresult sim_cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                         CUstreamCaptureMode mode) {
+    (void)dependencies, (void)dependencyData, (void)numDependencies;
+    return begin_capture_to_graph(hStream, hGraph, mode, false);
+}
+CU_EXPORT(cuStreamBeginCaptureToGraph, (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                        const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                        CUstreamCaptureMode mode));
+CUresult sim_cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                              const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                              CUstreamCaptureMode mode) {
+    (void)dependencies, (void)dependencyData, (void)numDependencies;
+    return begin_capture_to_graph(hStream, hGraph, mode, true);
+}
+CU_EXPORT(cuStreamBeginCaptureToGraph_ptsz, (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                             CUstreamCaptureMode mode));
 
 static CUresult end_capture(CUstream hStream, CUgraph *phGraph, bool ptds) {
     CUresult rc = sim_require_context();
@@ -554,9 +707,24 @@ static CUresult end_capture(CUstream hStream, CUgraph *phGraph, bool ptds) {
     if (rc) return rc;
     pthread_mutex_lock(&s->lock);
     CUgraph graph = s->capture;
+    if (!graph) {
+        pthread_mutex_unlock(&s->lock);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->capture_thread, pthread_self())) {
+        pthread_mutex_unlock(&s->lock);
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    bool invalid = s->capture_invalid, owned = s->capture_owns_graph;
     s->capture = NULL;
+    s->capture_invalid = false;
+    __atomic_fetch_sub(&active_captures, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->lock);
-    if (!graph) return CUDA_ERROR_ILLEGAL_STATE;
+    if (invalid) {
+        if (owned) sim_cuGraphDestroy(graph);
+        *phGraph = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
     *phGraph = graph;
     return CUDA_SUCCESS;
 }
@@ -567,7 +735,10 @@ CUresult sim_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
 }
 CU_EXPORT(cuStreamEndCapture_ptsz, (CUstream hStream, CUgraph *phGraph));
 
-static CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptds) {
+/* Status, id and graph of a stream's capture (any output may be NULL). */
+static CUresult capture_info(CUstream hStream, bool ptds, CUstreamCaptureStatus *status, cuuint64_t *id,
+                             CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                             size_t *num_deps) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!status) return CUDA_ERROR_INVALID_VALUE;
@@ -575,9 +746,19 @@ static CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bo
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
     pthread_mutex_lock(&s->lock);
-    *status = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = !s->capture ? CU_STREAM_CAPTURE_STATUS_NONE
+              : s->capture_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id && s->capture) *id = s->capture_id;
+    if (graph) *graph = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? s->capture : NULL;
     pthread_mutex_unlock(&s->lock);
+    if (deps) *deps = NULL;
+    if (edges) *edges = NULL;
+    if (num_deps) *num_deps = 0;
     return CUDA_SUCCESS;
+}
+
+static CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus *status, bool ptds) {
+    return capture_info(hStream, ptds, status, NULL, NULL, NULL, NULL, NULL);
 }
 CUresult sim_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status) {
     return is_capturing(hStream, status, false);
@@ -587,6 +768,58 @@ CUresult sim_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *s
     return is_capturing(hStream, status, true);
 }
 CU_EXPORT(cuStreamIsCapturing_ptsz, (CUstream hStream, CUstreamCaptureStatus *status));
+
+/* CUDA 10.1 form (status, id). */
+CUresult sim_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id) {
+    return capture_info(hStream, false, status, id, NULL, NULL, NULL, NULL);
+}
+CU_EXPORT(cuStreamGetCaptureInfo, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id));
+CUresult sim_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id) {
+    return capture_info(hStream, true, status, id, NULL, NULL, NULL, NULL);
+}
+CU_EXPORT(cuStreamGetCaptureInfo_ptsz, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id));
+/* CUDA 11.3 form (+ graph, dependencies). */
+CUresult sim_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                       CUgraph *graph, const CUgraphNode **deps, size_t *num_deps) {
+    return capture_info(hStream, false, status, id, graph, deps, NULL, num_deps);
+}
+CU_EXPORT(cuStreamGetCaptureInfo_v2, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                      CUgraph *graph, const CUgraphNode **deps, size_t *num_deps));
+CUresult sim_cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                            CUgraph *graph, const CUgraphNode **deps, size_t *num_deps) {
+    return capture_info(hStream, true, status, id, graph, deps, NULL, num_deps);
+}
+CU_EXPORT(cuStreamGetCaptureInfo_v2_ptsz, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps, size_t *num_deps));
+/* CUDA 12.3 form (+ edge data); what cuda.h 13 calls cuStreamGetCaptureInfo. */
+CUresult sim_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                       CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                       size_t *num_deps) {
+    return capture_info(hStream, false, status, id, graph, deps, edges, num_deps);
+}
+CU_EXPORT(cuStreamGetCaptureInfo_v3, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                      CUgraph *graph, const CUgraphNode **deps, const CUgraphEdgeData **edges,
+                                      size_t *num_deps));
+CUresult sim_cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                            CUgraph *graph, const CUgraphNode **deps,
+                                            const CUgraphEdgeData **edges, size_t *num_deps) {
+    return capture_info(hStream, true, status, id, graph, deps, edges, num_deps);
+}
+CU_EXPORT(cuStreamGetCaptureInfo_v3_ptsz, (CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps,
+                                           const CUgraphEdgeData **edges, size_t *num_deps));
+
+CUresult sim_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!mode || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int old = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode));
 
 /* ---- event API ---------------------------------------------------------- */
 
@@ -619,12 +852,21 @@ static CUresult event_record(CUevent hEvent, CUstream hStream, bool ptds) {
     pthread_mutex_unlock(&event_lock);
     struct sim_stream_item item = {.kind = SIM_ITEM_EVENT_RECORD, .gen = gen, .ptr = ev};
     rc = sim_stream_enqueue(s, &item);
-    if (rc == CUDA_SUCCESS && s->capture) {
-        /* Captured records never run: treat this one as reached. */
-        pthread_mutex_lock(&event_lock);
+    if (rc != CUDA_SUCCESS) return rc;
+    pthread_mutex_lock(&s->lock);
+    uint64_t capture_id = s->capture ? s->capture_id : 0;
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&event_lock);
+    if (capture_id) {
+        /* Captured records never run: the event is "captured" until the
+         * capture ends (querying or waiting for it is an error meanwhile). */
         if (gen > ev->done_gen) ev->done_gen = gen;
-        pthread_mutex_unlock(&event_lock);
+        ev->captured_in = s;
+        ev->captured_id = capture_id;
+    } else {
+        ev->captured_in = NULL;
     }
+    pthread_mutex_unlock(&event_lock);
     return rc;
 }
 CUresult sim_cuEventRecord(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream, false); }
@@ -647,6 +889,7 @@ CUresult sim_cuEventQuery(CUevent hEvent) {
     if (rc) return rc;
     struct CUevent_st *ev = live_event(hEvent);
     if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+    if ((rc = check_captured_event(ev)) || (rc = sim_capture_check_unsafe())) return rc;
     pthread_mutex_lock(&event_lock);
     bool reached = ev->done_gen >= ev->recorded_gen;
     pthread_mutex_unlock(&event_lock);
@@ -659,10 +902,12 @@ CUresult sim_cuEventSynchronize(CUevent hEvent) {
     if (rc) return rc;
     struct CUevent_st *ev = live_event(hEvent);
     if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+    if ((rc = check_captured_event(ev)) || (rc = sim_capture_check_unsafe())) return rc;
     pthread_mutex_lock(&event_lock);
     uint64_t target = ev->recorded_gen;
     while (ev->done_gen < target) pthread_cond_wait(&event_reached, &event_lock);
     pthread_mutex_unlock(&event_lock);
+    sim_pools_release_at_sync();
     return CUDA_SUCCESS;
 }
 CU_EXPORT(cuEventSynchronize, (CUevent hEvent));

@@ -427,7 +427,7 @@ static void sleep_until(uint64_t deadline_ns) {
 }
 
 void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
-                    struct sim_engine_turn *turn) {
+                    struct sim_engine_turn *turn, bool kernel) {
     /* Step aside if someone waited while we held the engine and nobody has
      * taken it since. */
     if (turn->has_released && __atomic_load_n(&dev->engine_waiters, __ATOMIC_ACQUIRE) > 0) {
@@ -460,10 +460,10 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
     uint64_t end = sim_now_ns();
     uint64_t busy = end - start;
     __atomic_fetch_add(&slot->busy_ns, busy, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&slot->kernels_completed, 1, __ATOMIC_RELAXED);
+    if (kernel) __atomic_fetch_add(&slot->kernels_completed, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->last_activity_ns, end, __ATOMIC_RELAXED);
     __atomic_fetch_add(&dev->busy_ns, busy, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
+    if (kernel) __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
     timeline_add(dev, start, end);
     __atomic_store_n(&dev->engine_busy_since_ns, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&dev->engine_holder_pid, 0, __ATOMIC_RELAXED);

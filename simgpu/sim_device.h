@@ -53,10 +53,11 @@ struct sim_engine_turn {
     uint64_t released_at; /* engine_acquisitions value when this thread last released it */
     bool has_released;
 };
-/* Run one kernel: wait for the engine, hold it for duration_ns, record the
+/* Run one kernel (kernel: counted as one) or device-side copy/fill
+ * (kernel false): wait for the engine, hold it for duration_ns, record the
  * time actually held in the process's slot and the device totals. */
 void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
-                    struct sim_engine_turn *turn);
+                    struct sim_engine_turn *turn, bool kernel);
 
 /* Percent of the last ~1 s during which the engine ran a kernel. */
 unsigned sim_utilisation_percent(struct sim_device_shared *dev);

@@ -318,9 +318,10 @@ class Coordinator:
 
     def memory_info(self, client_id: str) -> client_pb2.GetMemoryInfoReply:
         session = self.session(client_id)
+        pids = sorted({s.pid for s in self.sessions.values() if s.group == session.group})
         return client_pb2.GetMemoryInfoReply(quota=self.ledger.group_quota(session.group),
                                              used=self.ledger.group_used(session.group),
-                                             physical_total=self.gpu.memory_total)
+                                             physical_total=self.gpu.memory_total, group_pids=pids)
 
     def open_control(self, client_id: str) -> ClientSession:
         session = self.session(client_id)

@@ -21,12 +21,20 @@ CONSTANTS = ["CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMO
              "CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT", "CU_AD_FORMAT_UNSIGNED_INT8", "CU_AD_FORMAT_UNSIGNED_INT16",
              "CU_AD_FORMAT_UNSIGNED_INT32", "CU_AD_FORMAT_SIGNED_INT8", "CU_AD_FORMAT_SIGNED_INT16",
              "CU_AD_FORMAT_SIGNED_INT32", "CU_AD_FORMAT_HALF", "CU_AD_FORMAT_FLOAT",
-             "(long)CU_STREAM_LEGACY", "(long)CU_STREAM_PER_THREAD"]
+             "(long)CU_STREAM_LEGACY", "(long)CU_STREAM_PER_THREAD",
+             "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+             "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "CUDA_ERROR_CAPTURED_EVENT", "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+             "CU_STREAM_CAPTURE_MODE_GLOBAL", "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL", "CU_STREAM_CAPTURE_MODE_RELAXED",
+             "CU_STREAM_CAPTURE_STATUS_INVALIDATED", "CU_MEM_LOCATION_TYPE_DEVICE", "CU_MEM_LOCATION_TYPE_HOST_NUMA",
+             "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
+             "CU_MEMPOOL_ATTR_USED_MEM_CURRENT"]
 LAYOUTS = {
     "CUDA_ARRAY_DESCRIPTOR": ["Width", "Height", "Format", "NumChannels"],
     "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
     "CUlaunchConfig": ["gridDimX", "blockDimX", "sharedMemBytes", "hStream", "attrs", "numAttrs"],
     "CUlaunchAttribute": ["id"],
+    "CUmemAllocationProp": ["type", "requestedHandleTypes", "location", "win32HandleMetaData", "allocFlags"],
+    "CUmemLocation": ["type", "id"],
 }
 SIZES = ["CUdeviceptr", "CUdevice", "CUresult", "cuuint64_t", "CUmemGenericAllocationHandle"]
 

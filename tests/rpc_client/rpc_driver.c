@@ -146,7 +146,7 @@ static void run_child(void)
     }
     say("child attached %s %d", info.client_id, (int)getpid());
     uint64_t quota = 0, used = 0, total = 0;
-    int rc = gs_rpc_memory_info(rpc, 10000, &quota, &used, &total);
+    int rc = gs_rpc_memory_info(rpc, 10000, &quota, &used, &total, NULL, 0, NULL);
     say("child memory-info %d", rc);
     gs_rpc_stop(rpc);
     _exit(rc == GS_RPC_OK ? 0 : 4);
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
                 gs_rpc_last_error());
         } else if (!strcmp(cmd, "memory-info")) {
             uint64_t quota = 0, used = 0, total = 0;
-            int rc = gs_rpc_memory_info(rpc, (int)a, &quota, &used, &total);
+            int rc = gs_rpc_memory_info(rpc, (int)a, &quota, &used, &total, NULL, 0, NULL);
             say("memory-info %d %" PRIu64 " %" PRIu64 " %" PRIu64 " '%s'", rc, quota, used, total,
                 gs_rpc_last_error());
         } else if (!strcmp(cmd, "set-reserved")) {

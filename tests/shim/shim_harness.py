@@ -74,6 +74,10 @@ class ProbeRunner:
             "LD_PRELOAD": str(shim),
             "LD_LIBRARY_PATH": str(sim_lib_dir),
             "GSLICE_SIM_NAME": sim_name,
+            # Byte-exact quota tests: no per-context reserve and no simulated
+            # context memory unless a test asks for them (test_overhead.py).
+            "GSLICE_CONTEXT_RESERVE_MIB": "0",
+            "GSLICE_SIM_CONTEXT_MEMORY": "0",
         })
         self.procs: list[subprocess.Popen] = []
 

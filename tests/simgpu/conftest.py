@@ -37,6 +37,8 @@ def programs(tmp_path_factory, sim_libs) -> dict[str, Path]:
     built = {}
     builds = {
         "driver_check": ["-L", str(sim_libs), "-lcuda"],
+        "capture_check": ["-L", str(sim_libs), "-lcuda", "-lpthread"],
+        "memory_rules_check": ["-L", str(sim_libs), "-lcuda", "-lnvidia-ml"],
         "proc_address_check": ["-ldl"],
         "layout_check": [],
     }

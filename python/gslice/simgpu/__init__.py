@@ -61,13 +61,18 @@ def shm_path(name: str = DEFAULT_NAME) -> Path:
 
 
 def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: float | None = None,
-        label: str | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        label: str | None = None, base: Mapping[str, str] | None = None,
+        context_memory: int | str | None = 0) -> dict[str, str]:
     """Environment for a process that should run on simulated GPU `name`.
 
     memory: device memory (bytes or "16GiB"); only the process that creates
     the segment (the first to use it) applies it, so give every process the
     same value. kernel_us: duration of kernels other than gslice_sim_sleep.
     label: how this process is named in the per-process accounting.
+    context_memory: device memory each context costs beyond its allocations
+    (GSLICE_SIM_CONTEXT_MEMORY). The library's own default is 256 MiB; this
+    helper passes 0 unless told otherwise, so tests that count exact bytes
+    stay exact; None leaves the library default.
     """
     result = dict(os.environ if base is None else base)
     libs = str(lib_dir())
@@ -84,6 +89,11 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
         result["GSLICE_SIM_KERNEL_US"] = repr(float(kernel_us))
     if label is not None:
         result["GSLICE_SIM_LABEL"] = label
+    if context_memory is not None:
+        if isinstance(context_memory, bool) or not isinstance(context_memory, (int, str)) or (
+                isinstance(context_memory, int) and context_memory < 0):
+            raise ValueError(f"context_memory {context_memory!r} is not a size; expected bytes >= 0 or e.g. '256MiB'")
+        result["GSLICE_SIM_CONTEXT_MEMORY"] = str(context_memory)
     return result
 
 

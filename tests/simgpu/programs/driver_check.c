@@ -164,11 +164,11 @@ static int memory(void) {
 
     /* virtual memory management */
     size_t gran;
-    char prop[64] = {0};
-    CHECK(cuMemGetAllocationGranularity(&gran, (const CUmemAllocationProp *)prop, 0));
+    CUmemAllocationProp prop = {.type = 1, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CHECK(cuMemGetAllocationGranularity(&gran, &prop, 0));
     CUmemGenericAllocationHandle h;
-    EXPECT(cuMemCreate(&h, gran + 1, (const CUmemAllocationProp *)prop, 0), CUDA_ERROR_INVALID_VALUE);
-    CHECK(cuMemCreate(&h, 2 * gran, (const CUmemAllocationProp *)prop, 0));
+    EXPECT(cuMemCreate(&h, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemCreate(&h, 2 * gran, &prop, 0));
     CUdeviceptr va;
     CHECK(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
     CHECK(cuMemMap(va + gran, 2 * gran, 0, h, 0));

@@ -1,0 +1,160 @@
+/* A program that captures a CUDA graph while its own process keeps the
+ * GPU busy from another thread (so the shim's gate, checkpoints and keeper
+ * are all active during the capture), then replays the graph.
+ *
+ *   capture_probe MODE LAUNCHES KERNEL_NS REPLAYS
+ *     MODE: global | local | relaxed (the capture's cuStreamCaptureMode)
+ *
+ * Prints key=value lines: end_rc (cuStreamEndCapture), nodes, and for the
+ * replays the shim's gate counters before/after (tokens, used_us). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gslice_cuda_abi.h"
+#include "../../../hook/shim_api.h"
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+
+static CUcontext ctx;
+static CUfunction sleep_kernel;
+static volatile int stop_background;
+static long background_launches;
+
+static void check(CUresult rc, const char *what)
+{
+    if (rc != CUDA_SUCCESS) {
+        printf("error=%s:%d\n", what, rc);
+        fflush(stdout);
+        exit(3);
+    }
+}
+
+static CUresult launch_sleep(CUstream s, uint64_t ns)
+{
+    void *params[] = {&ns};
+    return cuLaunchKernel(sleep_kernel, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+
+/* The same process keeps its gate busy: launches, checkpoints, slice ends. */
+static void *background(void *arg)
+{
+    (void)arg;
+    check(cuCtxSetCurrent(ctx), "bg cuCtxSetCurrent");
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "bg cuStreamCreate");
+    while (!stop_background) {
+        for (int i = 0; i < 10; i++)
+            check(launch_sleep(s, 200000), "bg launch");
+        background_launches += 10;
+        check(cuStreamSynchronize(s), "bg sync");
+    }
+    return NULL;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s global|local|relaxed LAUNCHES KERNEL_NS REPLAYS\n", argv[0]);
+        return 2;
+    }
+    int mode = !strcmp(argv[1], "global") ? CU_STREAM_CAPTURE_MODE_GLOBAL
+               : !strcmp(argv[1], "local") ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                                           : CU_STREAM_CAPTURE_MODE_RELAXED;
+    int launches = atoi(argv[2]);
+    uint64_t kernel_ns = strtoull(argv[3], NULL, 10);
+    int replays = atoi(argv[4]);
+    int (*stats)(gslice_shim_stats *) = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
+
+    check(cuInit(0), "cuInit");
+    CUdevice dev;
+    check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    CUmodule mod;
+    check(cuModuleLoadData(&mod, "probe"), "cuModuleLoadData");
+    check(cuModuleGetFunction(&sleep_kernel, mod, "gslice_sim_sleep"), "cuModuleGetFunction");
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+
+    pthread_t bg;
+    pthread_create(&bg, NULL, background, NULL);
+    usleep(50000);
+
+    /* The capture spans many slices of the background work: a short host
+     * pause every 100 launches, as a framework tracing Python would. */
+    double t0 = now_ms();
+    check(cuStreamBeginCapture_v2(s, mode), "cuStreamBeginCapture_v2");
+    CUresult launch_rc = CUDA_SUCCESS;
+    for (int i = 0; i < launches && launch_rc == CUDA_SUCCESS; i++) {
+        launch_rc = launch_sleep(s, kernel_ns);
+        if (i % 100 == 99)
+            usleep(10000);
+    }
+    CUgraph graph = NULL;
+    CUresult end_rc = cuStreamEndCapture(s, &graph);
+    printf("capture_ms=%.1f\nlaunch_rc=%d\nend_rc=%d\n", now_ms() - t0, launch_rc, end_rc);
+    stop_background = 1;
+    pthread_join(bg, NULL);
+    printf("background_launches=%ld\n", background_launches);
+    if (end_rc != CUDA_SUCCESS || !graph) {
+        fflush(stdout);
+        return 1;
+    }
+    size_t nodes = 0;
+    check(cuGraphGetNodes(graph, NULL, &nodes), "cuGraphGetNodes");
+    printf("nodes=%zu\n", nodes);
+    CUgraphExec exec;
+    check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    check(cuGraphUpload(exec, s), "cuGraphUpload");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+
+    gslice_shim_stats before = {0}, after = {0};
+    if (stats)
+        stats(&before);
+    t0 = now_ms();
+    for (int r = 0; r < replays; r++) {
+        check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+        check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    }
+    double replay_ms = now_ms() - t0;
+    usleep(200000);   /* the idle slice ends and is charged */
+    if (stats)
+        stats(&after);
+    printf("replay_ms=%.1f\n", replay_ms);
+    printf("replay_tokens=%llu\n", (unsigned long long)(after.tokens_acquired - before.tokens_acquired));
+    printf("replay_used_us=%llu\n", (unsigned long long)(after.used_us - before.used_us));
+    printf("replay_slow_entries=%llu\n", (unsigned long long)(after.slow_entries - before.slow_entries));
+    printf("stats_found=%d\n", stats != NULL);
+    printf("done=1\n");
+    fflush(stdout);
+    return 0;
+}

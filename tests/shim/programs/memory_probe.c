@@ -1,0 +1,199 @@
+/* Memory routes under the shim: virtual memory references and mappings,
+ * stream-ordered pools, context teardown. After each step it prints what
+ * this process holds at tokend (the shim's own ledger counter):
+ *
+ *   memory_probe vmm | pool | teardown
+ *
+ * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gslice_cuda_abi.h"
+#include "../../../hook/shim_api.h"
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void *);
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
+CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+
+#define MiB (1ull << 20)
+
+static int (*stats_fn)(gslice_shim_stats *);
+static CUdevice dev;
+static CUcontext primary;
+
+static void check(CUresult rc, const char *what)
+{
+    if (rc != CUDA_SUCCESS) {
+        printf("error=%s:%d\n", what, rc);
+        fflush(stdout);
+        exit(3);
+    }
+}
+
+static void held(const char *step)
+{
+    gslice_shim_stats s = {0};
+    if (!stats_fn || stats_fn(&s) != 0) {
+        printf("%s=none\n", step);
+        return;
+    }
+    printf("%s=%llu\n", step, (unsigned long long)s.memory_held);
+}
+
+static int run_vmm(void)
+{
+    CUmemAllocationProp prop = {.type = 1, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CUmemGenericAllocationHandle h, again;
+    CUdeviceptr va;
+    check(cuMemCreate(&h, 64 * MiB, &prop, 0), "cuMemCreate");
+    held("after_create");
+    check(cuMemAddressReserve(&va, 64 * MiB, 0, 0, 0), "cuMemAddressReserve");
+    check(cuMemMap(va, 64 * MiB, 0, h, 0), "cuMemMap");
+    check(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va), "cuMemRetainAllocationHandle");
+    printf("same_handle=%d\n", again == h);
+    check(cuMemRelease(again), "cuMemRelease (retained)");
+    held("after_retain_release");
+    check(cuMemRelease(h), "cuMemRelease (created)");
+    held("after_release_while_mapped");
+    check(cuMemUnmap(va, 64 * MiB), "cuMemUnmap");
+    held("after_unmap");
+    check(cuMemAddressFree(va, 64 * MiB), "cuMemAddressFree");
+    CUmemAllocationProp host = {.type = 1, .location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}};
+    check(cuMemCreate(&h, 64 * MiB, &host, 0), "cuMemCreate (host NUMA)");
+    held("after_host_numa_create");
+    check(cuMemRelease(h), "cuMemRelease (host NUMA)");
+    return 0;
+}
+
+static int run_pool(void)
+{
+    CUmemoryPool pool;
+    check(cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool");
+    cuuint64_t threshold = ~0ull;   /* keep everything, as RMM does */
+    check(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), "cuMemPoolSetAttribute");
+    CUdeviceptr p[4];
+    for (int i = 0; i < 4; i++)
+        check(cuMemAllocAsync(&p[i], 32 * MiB, NULL), "cuMemAllocAsync");
+    held("after_prime");
+    for (int i = 0; i < 4; i++)
+        check(cuMemFreeAsync(p[i], NULL), "cuMemFreeAsync");
+    check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    held("after_free");
+    check(cuMemAllocAsync(&p[0], 64 * MiB, NULL), "cuMemAllocAsync (reuse)");
+    held("after_reuse");
+    check(cuMemFreeAsync(p[0], NULL), "cuMemFreeAsync (reuse)");
+    check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    check(cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo");
+    held("after_trim");
+    return 0;
+}
+
+static int run_teardown(void)
+{
+    held("start");
+    CUcontext created;
+    check(cuCtxCreate_v2(&created, 0, dev), "cuCtxCreate_v2");
+    CUdeviceptr p;
+    check(cuMemAlloc_v2(&p, 64 * MiB), "cuMemAlloc_v2 (created context)");
+    held("created_with_alloc");
+    check(cuCtxDestroy_v2(created), "cuCtxDestroy_v2");
+    held("after_destroy");
+    check(cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+    check(cuMemAlloc_v2(&p, 64 * MiB), "cuMemAlloc_v2 (primary)");
+    held("primary_with_alloc");
+    check(cuDevicePrimaryCtxReset_v2(dev), "cuDevicePrimaryCtxReset_v2");
+    held("after_reset");
+    return 0;
+}
+
+/* 50 device-to-device copies and 50 fills of 4 MiB (gated), then host to
+ * device copies (not gated): the gate counters after each part. */
+static int run_copies(void)
+{
+    CUdeviceptr a, b;
+    check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
+    check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
+    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
+    if (stats_fn)
+        stats_fn(&s0);
+    for (int i = 0; i < 50; i++) {
+        check(cuMemcpyDtoD_v2(b, a, 4 * MiB), "cuMemcpyDtoD_v2");
+        check(cuMemsetD32Async(a, 7, MiB, NULL), "cuMemsetD32Async");
+    }
+    check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    usleep(200000);   /* the idle slice ends and is charged */
+    if (stats_fn)
+        stats_fn(&s1);
+    static char host[4 * MiB];
+    for (int i = 0; i < 20; i++)
+        check(cuMemcpyHtoD_v2(a, host, sizeof host), "cuMemcpyHtoD_v2");
+    usleep(200000);
+    if (stats_fn)
+        stats_fn(&s2);
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
+    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    return 0;
+}
+
+/* A context that costs more than the shim's reserve: after a memory query
+ * the charge follows NVML's per-process used memory. */
+static int run_overhead(void)
+{
+    CUdeviceptr p;
+    check(cuMemAlloc_v2(&p, 64 * MiB), "cuMemAlloc_v2");
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 2)
+        return 2;
+    stats_fn = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
+    check(cuInit(0), "cuInit");
+    check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+    check(cuDevicePrimaryCtxRetain(&primary, dev), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+    if (!strcmp(argv[1], "vmm"))
+        return run_vmm();
+    if (!strcmp(argv[1], "pool"))
+        return run_pool();
+    if (!strcmp(argv[1], "teardown"))
+        return run_teardown();
+    if (!strcmp(argv[1], "overhead"))
+        return run_overhead();
+    if (!strcmp(argv[1], "copies"))
+        return run_copies();
+    return 2;
+}
