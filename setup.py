@@ -5,8 +5,8 @@ tag the wheel for what it holds.
 All metadata lives in pyproject.toml; the build steps in tools/build_native.py.
 The wheel's native libraries are built with zig's clang for an old glibc
 (tools/toolchain.py) and run under any CPython 3, so one wheel per platform:
-py3-none-manylinux_2_28_<arch> (the shim inside needs only glibc 2.17; the
-simulated GPU needs 2.27). The tests' CPython module gslice._shim_api stays
+py3-none-manylinux_2_17_<arch> (the shim and the simulated GPU both need at
+most glibc 2.17). The tests' CPython module gslice._shim_api stays
 out of the wheel.
 """
 import sys

@@ -12,10 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
+
+/* memfd_create through syscall(): the glibc wrapper appeared in 2.27, and the
+ * simulated GPU ships in the manylinux2014 (glibc 2.17) wheel beside the shim. */
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef SYS_memfd_create
+#define SYS_memfd_create 319 /* x86-64 */
+#endif
+static int anonymous_memory_file(const char *name) {
+    return (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
+}
 
 #define SIM_VMM_GRANULARITY (2ull << 20)
 #define SIM_PITCH_ALIGNMENT 512u
@@ -539,7 +552,7 @@ CUresult sim_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
     size_t counted = device ? size : 0; /* host memory is not device memory */
     if (counted && !sim_memory_reserve(sim_process.dev, sim_process.slot, counted)) return CUDA_ERROR_OUT_OF_MEMORY;
     struct vmm_allocation *v = calloc(1, sizeof *v);
-    int fd = v ? memfd_create("gslice-sim-vmm", MFD_CLOEXEC) : -1;
+    int fd = v ? anonymous_memory_file("gslice-sim-vmm") : -1;
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0) close(fd);
         free(v);

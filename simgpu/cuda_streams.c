@@ -75,8 +75,8 @@ static pthread_cond_t event_reached = PTHREAD_COND_INITIALIZER;
  * by the checks, so calls made without any capture stay cheap), the
  * source of capture ids, and each thread's interaction mode
  * (cuThreadExchangeStreamCaptureMode; GLOBAL by default). */
-static _Atomic int active_captures;
-static _Atomic uint64_t capture_ids;
+static int active_captures;   /* __atomic builtins: gcc and clang (zig cc) alike */
+static uint64_t capture_ids;
 static __thread int thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 /* ---- stream pool -------------------------------------------------------- */

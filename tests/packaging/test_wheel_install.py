@@ -52,7 +52,9 @@ def test_tokend_group_and_run(installed_venv, tmp_path):
     sim_name = f"wheeltest-{uuid.uuid4().hex[:10]}"
     r = run(venv, env, "python", "-c", "import gslice.simgpu as s; print(s.lib_dir())")
     assert r.returncode == 0, r.stderr
-    sim_env = {**env, "LD_LIBRARY_PATH": r.stdout.strip(), "GSLICE_SIM_NAME": sim_name, "GSLICE_SIM_MEMORY": "4GiB"}
+    sim_env = {**env, "LD_LIBRARY_PATH": r.stdout.strip(), "GSLICE_SIM_NAME": sim_name, "GSLICE_SIM_MEMORY": "4GiB",
+               # the per-context reserve charged to the group (default 512 MiB), explicit here
+               "GSLICE_CONTEXT_RESERVE_MIB": "256"}
     try:
         with running_tokend(["gslice", "tokend", "--state-dir", str(tmp_path / "state")], sim_env,
                             tmp_path / "tokend.log") as sockets:
@@ -64,7 +66,8 @@ def test_tokend_group_and_run(installed_venv, tmp_path):
                     "gslice.workloads", "alloc", "--chunk-mib", "256", "--count", "8", timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
             result = json.loads(r.stdout.strip().splitlines()[-1])
-            # Four 256 MiB chunks fit the 1 GiB quota; the fifth is refused by the shim.
-            assert result["chunks"] == 4 and result["refused"] >= 1, result
+            # The context's 256 MiB reserve and three 256 MiB chunks fill the 1 GiB
+            # quota; the fourth chunk is refused by the shim.
+            assert result["chunks"] == 3 and result["refused"] >= 1, result
     finally:
         Path(f"/dev/shm/gslice-sim-{sim_name}").unlink(missing_ok=True)
