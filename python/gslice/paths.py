@@ -17,6 +17,9 @@ GROUPS_FILE_NAME = "groups.json"
 ENV_SOCKET = "GSLICE_SOCKET"
 ENV_GROUP = "GSLICE_GROUP"
 ENV_GROUP_SECRET = "GSLICE_GROUP_SECRET"
+# A file holding the secret (trailing newline stripped), read by the shim:
+# keeps the secret out of command lines and environment listings.
+ENV_GROUP_SECRET_FILE = "GSLICE_GROUP_SECRET_FILE"
 ENV_LOG_LEVEL = "GSLICE_LOG_LEVEL"
 # Read by the operator API and the CLI.
 ENV_ADMIN_SOCKET = "GSLICE_ADMIN_SOCKET"
