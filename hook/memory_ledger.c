@@ -255,8 +255,8 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
             if (gs_rpc_wait_attached(a->rpc, 2000, NULL))
                 continue;
         }
-        if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN) {
-            GS_ERROR("tokend unreachable at %s (%d: %s); GSLICE_ON_DAEMON_LOSS=open: %s of %llu bytes "
+        if (gs_config_daemon_loss() == GS_ON_LOSS_OPEN) {
+            GS_ERROR("tokend unreachable at %s (%d: %s); the group's on-daemon-loss policy open: %s of %llu bytes "
                      "allowed UNMETERED", a->label, rc, gs_rpc_last_error(), what, (unsigned long long)bytes);
             return GS_RESERVE_UNMETERED;
         }

@@ -47,6 +47,8 @@ typedef struct gs_attach_info {
     uint32_t quantum_max_us;
     uint32_t grace_us;
     int priority;
+    char public_id[32];        /* how tokend's status and logs name this client */
+    int on_daemon_loss;        /* the operator's DaemonLossPolicy for the group */
 } gs_attach_info;
 
 typedef struct gs_rpc_config {
