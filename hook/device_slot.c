@@ -41,6 +41,7 @@ static void on_quota_changed(void *ctx, uint64_t quota)
 static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
 {
     gs_slot *s = ctx;
+    gs_config_set_daemon_loss(info->on_daemon_loss);  /* the operator's, before any later loss */
     pthread_mutex_lock(&s->info_mu);
     s->info = *info;
     s->attached = true;

@@ -35,7 +35,6 @@
 #pragma GCC visibility push(hidden)
 /* Messages are composed into fixed buffers; cutting a long one short is intended. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
-#include "config.h"
 #include "h2_connection.h"
 #include "rpc_client.h"
 #include "rpc_codec.h"
@@ -388,7 +387,6 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     info->priority = (int)r->priority;
     snprintf(info->public_id, sizeof info->public_id, "%s", r->public_id);
     info->on_daemon_loss = (int)r->on_daemon_loss;
-    gs_config_set_daemon_loss(info->on_daemon_loss);
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 
     rpc_call *control = call_new(M_CONTROL, true);
