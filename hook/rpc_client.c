@@ -133,6 +133,7 @@ struct gs_rpc {
     bool stopping;              /* gs_rpc_stop began: no reconnecting */
     bool attached;
     bool attach_refused;        /* the last Attach was refused (bad group/secret) */
+    bool joined;                /* gs_rpc_stop joined the I/O thread */
     unsigned attach_count;
     gs_attach_info info;
     char not_attached_reason[256];
@@ -770,6 +771,14 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
     call->wait_ms = wait_ms;
     enum rpc_method method = call->method;
     pthread_mutex_lock(&rpc->lock);
+    if (rpc->stop) {
+        /* The I/O thread is gone or going (process exit): nobody would ever
+         * complete the call. */
+        call->refs = 1;
+        pthread_mutex_unlock(&rpc->lock);
+        set_last_error("the shim's RPC client stopped (process exiting)");
+        return GS_RPC_UNAVAILABLE;
+    }
     if (!rpc->attached && !(method == M_DETACH && rpc->stopping)) {
         char reason[300];
         snprintf(reason, sizeof reason, "not attached to tokend: %s", rpc->not_attached_reason);
@@ -930,7 +939,7 @@ void gs_rpc_after_fork_child(gs_rpc *rpc)
     rpc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rpc->queue_head = rpc->queue_tail = NULL;
     rpc->in_flight = NULL; /* their callers are threads of the parent */
-    rpc->stop = rpc->stopping = false;
+    rpc->stop = rpc->stopping = rpc->joined = false;
     rpc->attached = false;
     rpc->phase = PHASE_DOWN;
     snprintf(rpc->not_attached_reason, sizeof rpc->not_attached_reason,
@@ -950,7 +959,7 @@ void gs_rpc_stop(gs_rpc *rpc)
     pthread_mutex_lock(&rpc->lock);
     if (rpc->stopping && rpc->stop) {
         pthread_mutex_unlock(&rpc->lock);
-        return; /* no thread to stop (failed fork restart) */
+        return; /* stopped already, or no thread to stop (failed fork restart) */
     }
     bool attached = rpc->attached;
     rpc->stopping = true;
@@ -972,9 +981,23 @@ void gs_rpc_stop(gs_rpc *rpc)
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += STOP_JOIN_MS / 1000;
-    if (pthread_timedjoin_np(rpc->io_thread, NULL, &deadline) != 0)
-        return; /* stuck in a callback: leave everything to it, exit is near */
+    if (pthread_timedjoin_np(rpc->io_thread, NULL, &deadline) == 0) {
+        pthread_mutex_lock(&rpc->lock);
+        rpc->joined = true;
+        pthread_mutex_unlock(&rpc->lock);
+    }
+    /* Nothing is freed here: at exit an application thread may still be
+     * inside run_call (it wakes on the lock and cond below) or about to
+     * call (rpc->stop fails it fast). The memory goes with the process. */
+}
 
+void gs_rpc_free(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    gs_rpc_stop(rpc);
+    if (!rpc->joined)
+        return; /* the I/O thread is stuck in a callback: it still uses rpc */
     close(rpc->wake_fd);
     free((char *)rpc->cfg.socket_path);
     free((char *)rpc->cfg.group);

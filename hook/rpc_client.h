@@ -93,8 +93,13 @@ const char *gs_rpc_last_error(void);
 /* In the child after fork(): forget the parent's connection and thread,
  * start a fresh one (a new client of the same group). */
 void gs_rpc_after_fork_child(gs_rpc *rpc);
-/* Detach cleanly and stop the I/O thread (process exit). */
+/* Detach cleanly and stop the I/O thread (process exit). The client stays
+ * allocated: other threads may still be inside a call, or make one, while
+ * the process exits; those calls fail with GS_RPC_UNAVAILABLE. */
 void gs_rpc_stop(gs_rpc *rpc);
+/* Stops (if needed) and frees the client. Only when no other thread can
+ * use it any more (tests, tools; never from an exit path). */
+void gs_rpc_free(gs_rpc *rpc);
 
 #ifdef __cplusplus
 }
