@@ -597,6 +597,8 @@ static bool serve_connection(gs_rpc *rpc)
             mark_broken(rpc, false, err);
             break;
         }
+        if (rpc->broken)
+            break; /* a stream closed while flushing (e.g. a rejected Control event): don't sleep in poll */
         struct pollfd fds[2] = {
             {h2_connection_fd(rpc->conn),
              (short)(POLLIN | (h2_connection_wants_write(rpc->conn) ? POLLOUT : 0)), 0},
