@@ -23,6 +23,17 @@ CFLAGS = ["-std=gnu11", "-O2", "-g", "-fvisibility=hidden", "-fPIC", "-pthread",
           "-ftls-model=initial-exec", "-fno-plt"]
 LDFLAGS = ["-pthread", "-Wl,-z,now,-z,relro,--exclude-libs,ALL", "-Wl,--no-undefined"]
 
+# GSLICE_SANITIZE=address,undefined (or thread): a sanitizer build for the
+# tests (scripts/test-sanitized); never for shipping. The runtime must then be
+# preloaded before the shim (scripts/test-sanitized does it).
+SANITIZERS = {"address", "undefined", "thread"}
+_sanitize = os.environ.get("GSLICE_SANITIZE", "")
+if _sanitize:
+    if not set(_sanitize.split(",")) <= SANITIZERS:
+        raise SystemExit(f"GSLICE_SANITIZE={_sanitize!r}: expected a comma list of {sorted(SANITIZERS)}")
+    CFLAGS += [f"-fsanitize={_sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+    LDFLAGS += [f"-fsanitize={_sanitize}"]
+
 
 def find_nanopb_runtime() -> Path:
     """The position-independent static nanopb runtime from libnanopb-dev."""

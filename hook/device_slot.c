@@ -225,6 +225,8 @@ void gs_slots_fork_prepare(void)
     pthread_mutex_lock(&slots_mu);
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++)
+        gs_rpc_fork_prepare(slots[i]->rpc);
+    for (int i = 0; i < n; i++)
         gs_gate_fork_prepare(&slots[i]->gate);
 }
 
@@ -233,6 +235,8 @@ void gs_slots_fork_parent(void)
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++)
         gs_gate_fork_parent(&slots[i]->gate);
+    for (int i = 0; i < n; i++)
+        gs_rpc_fork_parent(slots[i]->rpc);
     pthread_mutex_unlock(&slots_mu);
 }
 
@@ -241,6 +245,7 @@ void gs_slots_fork_child(void)
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++) {
         gs_slot *s = slots[i];
+        gs_rpc_fork_child(s->rpc);
         gs_gate_fork_child(&s->gate);
         gs_ledger_account_fork_child(&s->ledger);
         pthread_mutex_init(&s->info_mu, NULL);

@@ -41,6 +41,7 @@ typedef struct gs_ledger_account {
     const char *label;           /* the socket path, for log lines */
     uint64_t held;               /* reserved at tokend by this process */
     uint64_t pending_release;    /* freed here, not yet told to tokend */
+    uint64_t attach_epoch;       /* bumped by each re-declaration (re-attach) */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     bool view_valid;
     uint64_t n_reserved, n_refused, n_flushes, bytes_released;

@@ -124,6 +124,10 @@ enum io_phase { PHASE_DOWN, PHASE_ATTACHING, PHASE_OPENING_CONTROL, PHASE_ATTACH
 struct gs_rpc {
     gs_rpc_config cfg;          /* its strings are ours (strdup) */
     pthread_mutex_t lock;
+    /* Held by the I/O thread while it installs or tears down `conn`, and by
+     * fork's prepare handler: a child never sees a connection half closed
+     * (its fd closed, maybe reused, and its memory freed). */
+    pthread_mutex_t conn_lock;
     pthread_cond_t attached_cond;
     pthread_t io_thread;
     int wake_fd;
@@ -197,6 +201,7 @@ static void init_sync(gs_rpc *rpc)
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&rpc->lock, NULL);
+    pthread_mutex_init(&rpc->conn_lock, NULL);
     pthread_cond_init(&rpc->attached_cond, &attr);
     pthread_condattr_destroy(&attr);
 }
@@ -633,8 +638,10 @@ static bool serve_connection(gs_rpc *rpc)
     pthread_mutex_unlock(&rpc->lock);
 
     rpc->phase = PHASE_CLOSING; /* handlers start nothing from here on */
+    pthread_mutex_lock(&rpc->conn_lock);
     h2_connection_close(rpc->conn, GS_RPC_UNAVAILABLE, reason);
     rpc->conn = NULL;
+    pthread_mutex_unlock(&rpc->conn_lock);
     rpc->phase = PHASE_DOWN;
     return was_attached;
 }
@@ -661,7 +668,10 @@ static void *io_main(void *arg)
     while (!stop_requested(rpc)) {
         char err[256];
         rpc->broken = false;
-        rpc->conn = h2_connection_open(rpc->cfg.socket_path, &stream_handlers, rpc, err, sizeof err);
+        h2_connection *conn = h2_connection_open(rpc->cfg.socket_path, &stream_handlers, rpc, err, sizeof err);
+        pthread_mutex_lock(&rpc->conn_lock);
+        rpc->conn = conn;
+        pthread_mutex_unlock(&rpc->conn_lock);
         int wait_ms = backoff_ms;
         if (rpc->conn) {
             bool was_attached = serve_connection(rpc);
@@ -925,6 +935,33 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used
     }
     finish_call(rpc, call, rc);
     return rc;
+}
+
+void gs_rpc_fork_prepare(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    pthread_mutex_lock(&rpc->conn_lock);
+}
+
+void gs_rpc_fork_parent(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    pthread_mutex_unlock(&rpc->conn_lock);
+}
+
+void gs_rpc_fork_child(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    /* At once, in the atfork handler: the child's copy of the parent's
+     * socket must not keep the parent's session alive (tokend detaches a
+     * killed parent on EOF), nor be closed later when its number may have
+     * been reused by the child. conn is whole here (conn_lock was held). */
+    if (rpc->conn)
+        h2_connection_forget(rpc->conn);
+    pthread_mutex_init(&rpc->conn_lock, NULL);
 }
 
 void gs_rpc_after_fork_child(gs_rpc *rpc)

@@ -90,6 +90,11 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms,
 
 const char *gs_rpc_last_error(void);
 
+/* fork() handlers (pthread_atfork): prepare/parent around the fork, child
+ * in the child at once (closes the child's copy of the connection). */
+void gs_rpc_fork_prepare(gs_rpc *rpc);
+void gs_rpc_fork_parent(gs_rpc *rpc);
+void gs_rpc_fork_child(gs_rpc *rpc);
 /* In the child after fork(): forget the parent's connection and thread,
  * start a fresh one (a new client of the same group). */
 void gs_rpc_after_fork_child(gs_rpc *rpc);

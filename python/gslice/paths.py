@@ -54,3 +54,15 @@ def client_socket(explicit: str | os.PathLike | None = None,
 def grpc_target(socket_path: str | os.PathLike) -> str:
     """gRPC target string for a unix socket path (absolute form)."""
     return f"unix://{Path(socket_path).absolute()}"
+
+
+def preload_with(library, existing: str = "", environ=None) -> str:
+    """An LD_PRELOAD value with `library` before `existing`; in a sanitizer
+    build's test run (GSLICE_SANITIZER_RUNTIME, scripts/test-sanitized) the
+    sanitizer runtime comes first, as it must."""
+    environ = os.environ if environ is None else environ
+    parts = [str(library)] + [p for p in existing.split(":") if p]
+    runtime = environ.get("GSLICE_SANITIZER_RUNTIME")
+    if runtime:
+        parts = [runtime] + [p for p in parts if p != runtime]
+    return ":".join(parts)

@@ -218,7 +218,7 @@ class TokendProcess:
             library = Path(__file__).resolve().parent / "lib" / "libgslice.so"
             if not library.exists():
                 raise RuntimeError(f"libgslice.so is not built at {library} (python tools/build_native.py hook)")
-            env["LD_PRELOAD"] = f"{library}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(library)
+            env["LD_PRELOAD"] = paths.preload_with(library, env.get("LD_PRELOAD", ""), env)
         return env
 
     def metrics_text(self) -> str:

@@ -21,3 +21,24 @@ def test_stop_while_a_thread_is_inside_a_call_is_memory_safe(tokend, start_drive
         driver._stderr_thread.join(5)
         assert "AddressSanitizer" not in driver.stderr_text and "runtime error" not in driver.stderr_text, \
             driver.stderr_text
+
+
+def test_rpc_client_under_thread_sanitizer(tokend, start_driver, build_dir):
+    """The RPC client's threads (callers, the I/O thread, exit) under TSan:
+    64 threads of concurrent calls, then a stop while a call is in flight."""
+    from pathlib import Path
+
+    from rpc_harness import build_program
+    binary = build_program(Path(__file__).parent / "rpc_driver.c", build_dir / "rpc_driver_tsan",
+                           ("-fsanitize=thread", "-fno-omit-frame-pointer"))
+    driver = start_driver(binary, env={"TSAN_OPTIONS": "halt_on_error=1:report_signal_unsafe=0",
+                                                 "LD_PRELOAD": ""})  # not scripts/test-sanitized's ASan runtime
+    driver.attached()
+    fields, _ = driver.run("hammer 16 50", timeout=120)
+    assert fields[1:] == ["800", "0", "0"], fields
+    tokend.behaviour.acquire = "hold"
+    driver.send("stop-during-call 30000")
+    fields, _ = driver.expect("stop-during-call ", timeout=60)
+    assert driver.proc.wait(30) == 0, driver.stderr_text
+    driver._stderr_thread.join(5)
+    assert "ThreadSanitizer" not in driver.stderr_text, driver.stderr_text
