@@ -154,8 +154,18 @@ class GroupStore:
 
     def save(self, groups: list[StoredGroup]) -> None:
         data = {"version": FORMAT_VERSION, "groups": [g.to_json() for g in sorted(groups, key=lambda g: g.name)]}
-        payload = (json.dumps(data, indent=2) + "\n").encode()
-        self._keep_backup()
+        if self.path.exists():
+            # The current table is good (loaded or written by us): keep it as the backup.
+            self._write_atomically(self.backup_path, self.path.read_bytes())
+        self._write_atomically(self.path, (json.dumps(data, indent=2) + "\n").encode())
+        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _write_atomically(self, target: Path, payload: bytes) -> None:
+        """A temp file (0600) in the same directory, fsync, rename over target."""
         fd, tmp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=self.state_dir)
         try:
             os.fchmod(fd, 0o600)
@@ -163,32 +173,7 @@ class GroupStore:
                 tmp.write(payload)
                 tmp.flush()
                 os.fsync(tmp.fileno())
-            os.replace(tmp_name, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
-        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-    def _keep_backup(self) -> None:
-        """Copy the current (good: it was loaded or written by us) table to
-        groups.json.bak before it is replaced."""
-        if not self.path.exists():
-            return
-        fd, tmp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=self.state_dir)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as tmp, open(self.path, "rb") as current:
-                shutil.copyfileobj(current, tmp)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.replace(tmp_name, self.backup_path)
+            os.replace(tmp_name, target)
         except BaseException:
             try:
                 os.unlink(tmp_name)

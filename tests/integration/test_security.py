@@ -24,6 +24,11 @@ def _code(call) -> tuple[grpc.StatusCode, str]:
     return info.value.code(), info.value.details()
 
 
+def _two_groups(tokend):
+    admin = tokend.admin()
+    return admin.create_group("a", request=0.1, memory="1GiB"), admin.create_group("b", request=0.1, memory="1GiB")
+
+
 def _stub(tokend):
     channel = grpc.insecure_channel(paths.grpc_target(tokend.client_socket))
     return channel, client_pb2_grpc.ClientServiceStub(channel)
@@ -141,9 +146,7 @@ def test_declared_memory_is_bounded_and_replies_never_overflow(tokend):
 def test_caps_per_group_and_in_total_refuse_with_the_value_and_the_cap(tokend_factory):
     """Finding 2: unlimited attaches and clients."""
     tokend = tokend_factory(extra_args=["--max-clients", "3", "--max-clients-per-group", "2"])
-    admin = tokend.admin()
-    a = admin.create_group("a", request=0.1, memory="1GiB")
-    b = admin.create_group("b", request=0.1, memory="1GiB")
+    a, b = _two_groups(tokend)
     tokend.shim_client("a", a.secret)
     tokend.shim_client("a", a.secret)
     channel, stub = _stub(tokend)
@@ -159,9 +162,7 @@ def test_caps_per_group_and_in_total_refuse_with_the_value_and_the_cap(tokend_fa
 def test_attach_rate_is_limited_per_group(tokend_factory):
     """Finding 2: no attach rate limit; one tenant's storm must not use up another's."""
     tokend = tokend_factory(extra_args=["--attach-rate", "0.01", "--attach-burst", "3"])
-    admin = tokend.admin()
-    a = admin.create_group("a", request=0.1, memory="1GiB")
-    b = admin.create_group("b", request=0.1, memory="1GiB")
+    a, b = _two_groups(tokend)
     channel, stub = _stub(tokend)
     for _ in range(3):
         stub.Attach(client_pb2.AttachRequest(group="a", secret=a.secret), timeout=5)
