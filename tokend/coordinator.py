@@ -622,7 +622,8 @@ class Coordinator:
                 if policy == "kill":
                     action = kill(bypass.pid)
                 detail = (f"pid {bypass.pid} uses {bypass.used_memory} bytes of GPU memory: {bypass.problem}"
-                          + (f" (group {bypass.group!r} quota {quotas[bypass.group]} bytes)" if bypass.group else "")
+                          + (f" (its group {bypass.group!r} uses more than its quota of {quotas[bypass.group]} bytes)"
+                             if bypass.group else "")
                           + f"; policy {policy}: {action}")
                 log.warning("bypass: %s", detail)
                 self.events.publish("bypass_detected", bypass.group, message=detail)

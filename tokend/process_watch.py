@@ -40,15 +40,24 @@ class Bypass:
 def find_bypass(processes: list[GpuProcessUse], attached: dict[int, str], quotas: dict[str, int],
                 exempt: frozenset[int] = frozenset()) -> list[Bypass]:
     """Processes on the GPU that escape gslice. `attached`: pid -> group of
-    every attached client; `quotas`: group -> memory quota in bytes."""
+    every attached client; `quotas`: group -> memory quota in bytes.
+
+    Memory is judged per group, from what NVML measures, not from what the
+    processes declared: a process that re-attached declaring less than it
+    holds (0 after a daemon restart) still counts with all it uses."""
     found = []
+    group_use: dict[str, int] = {}
+    for process in processes:
+        group = attached.get(process.pid)
+        if group is not None:
+            group_use[group] = group_use.get(group, 0) + process.used_memory
     for process in processes:
         if process.pid in exempt:
             continue
         group = attached.get(process.pid)
         if group is None:
             found.append(Bypass(process.pid, process.used_memory, "", "not attached"))
-        elif process.used_memory > quotas.get(group, process.used_memory):
+        elif group_use[group] > quotas.get(group, group_use[group]):
             found.append(Bypass(process.pid, process.used_memory, group, "over quota"))
     return found
 
