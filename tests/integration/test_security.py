@@ -252,3 +252,22 @@ def test_unmanaged_gpu_process_is_reported(tokend_factory):
     finally:
         rogue.kill()
         rogue.wait()
+
+
+def test_bypass_policy_kill_kills_the_unmanaged_process(tokend_factory):
+    tokend = tokend_factory(gpu="sim", extra_args=["--process-watch-seconds", "0.2", "--bypass-policy", "kill"])
+    admin = tokend.admin()
+    created = admin.create_group("g", request=0.1, memory="1GiB")
+    env = tokend.process_env("g", created.secret, preload=False)
+    rogue = subprocess.Popen([sys.executable, "-m", "gslice.workloads", "alloc", "--chunk-mib", "8", "--count", "1",
+                              "--hold-seconds", "30"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(rogue.stdout.readline())["allocated_bytes"] == 8 * MiB
+        assert rogue.wait(timeout=15) == -9
+        events = [e for e in admin.status().unmanaged_processes if e.pid == rogue.pid]
+        assert not events or events[0].action == "killed"
+        assert f"pid {rogue.pid}" in tokend.log_path.read_text() and "policy kill: killed" in tokend.log_path.read_text()
+    finally:
+        if rogue.poll() is None:
+            rogue.kill()
+            rogue.wait()
