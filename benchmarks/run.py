@@ -27,6 +27,7 @@ import exp_priority  # noqa: E402
 import exp_rpc_roundtrip  # noqa: E402
 import exp_scale  # noqa: E402
 import exp_shares  # noqa: E402
+import exp_soak  # noqa: E402
 import plots  # noqa: E402
 import report  # noqa: E402
 import results_io  # noqa: E402
@@ -70,6 +71,8 @@ EXPERIMENTS = {
     "memory_kill_reclaim": (lambda: exp_memory.kill_reclaim(), lambda: exp_memory.kill_reclaim(trials=1)),
     "scale": (lambda: exp_scale.scale(), lambda: None),
     "startup": (lambda: exp_scale.startup(), lambda: exp_scale.startup(processes=4)),
+    # The suite's short form is tests/integration/test_soak_short.py.
+    "soak": (lambda: exp_soak.soak(), lambda: None),
 }
 
 

@@ -45,6 +45,17 @@ LDFLAGS = ["-shared", "-pthread", "-Wl,-z,now,-z,relro", "-Wl,--no-undefined", "
 # dlopen/dlvsym and pthread_* live in libdl/libpthread before glibc 2.34.
 LIBRARIES = ["-ldl", "-lpthread"]
 
+# GSLICE_SANITIZE=address,undefined (or thread): a sanitizer build for the
+# tests (scripts/test-sanitized); never for shipping. The runtime must then be
+# preloaded before the shim (scripts/test-sanitized does it).
+SANITIZERS = {"address", "undefined", "thread"}
+_sanitize = os.environ.get("GSLICE_SANITIZE", "")
+if _sanitize:
+    if not set(_sanitize.split(",")) <= SANITIZERS:
+        raise SystemExit(f"GSLICE_SANITIZE={_sanitize!r}: expected a comma list of {sorted(SANITIZERS)}")
+    CFLAGS += [f"-fsanitize={_sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+    LDFLAGS += [f"-fsanitize={_sanitize}"]
+
 
 def find_nanopb_runtime() -> Path:
     """The position-independent static nanopb runtime from libnanopb-dev."""

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,43 @@
 
 static gs_config process_config;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static int operator_daemon_loss = GS_ON_LOSS_WAIT; /* atomic: set by the RPC thread */
+
+int gs_config_daemon_loss(void)
+{
+    return __atomic_load_n(&operator_daemon_loss, __ATOMIC_ACQUIRE);
+}
+
+void gs_config_set_daemon_loss(int daemon_loss_policy)
+{
+    int policy = daemon_loss_policy == 2 ? GS_ON_LOSS_OPEN : GS_ON_LOSS_WAIT;
+    __atomic_store_n(&operator_daemon_loss, policy, __ATOMIC_RELEASE);
+}
+
+/* GSLICE_GROUP_SECRET_FILE: the secret in a file (a mounted Secret, a 0600
+ * file), so it is on no command line and in no environment listing. Trailing
+ * newlines (and CRs) are stripped. */
+static void read_secret_file(char *dst, size_t cap, const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s cannot be opened; expected a readable file holding the group secret",
+                path);
+        return;
+    }
+    char buf[256];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    bool longer = len == sizeof buf - 1 && fgetc(f) != EOF;
+    fclose(f);
+    buf[len] = 0;
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        buf[--len] = 0;
+    if (longer || len >= cap || strlen(buf) != len) {
+        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s does not hold a secret of at most %zu bytes; no secret", path, cap - 1);
+        return;
+    }
+    memcpy(dst, buf, len + 1);
+}
 
 static void copy_str(char *dst, size_t cap, const char *src, const char *name)
 {
@@ -24,30 +62,6 @@ static void copy_str(char *dst, size_t cap, const char *src, const char *name)
 }
 
 static const char *env_lookup(const char *name) { return getenv(name); }
-
-/* GSLICE_GROUP_SECRET_FILE: the secret as a (read-only, mounted) file, so it
- * never sits in the environment or on a command line; trailing newlines are
- * stripped. Read once, at configuration time, never on the launch path. */
-static void read_secret_file(char *dst, size_t cap, const char *path)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s cannot be opened; expected a readable file holding the group secret",
-                path);
-        dst[0] = 0;
-        return;
-    }
-    size_t len = fread(dst, 1, cap - 1, f);
-    int more = fgetc(f) != EOF;
-    fclose(f);
-    dst[len] = 0;
-    while (len > 0 && (dst[len - 1] == '\n' || dst[len - 1] == '\r'))
-        dst[--len] = 0;
-    if (more) {
-        GS_WARN("GSLICE_GROUP_SECRET_FILE=%s is longer than %zu bytes; ignoring it", path, cap - 1);
-        dst[0] = 0;
-    }
-}
 
 void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
 {
@@ -77,7 +91,7 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     if ((v = lookup("GSLICE_GROUP_SECRET")))
         copy_str(cfg->secret, sizeof cfg->secret, v, "GSLICE_GROUP_SECRET");
     if ((v = lookup("GSLICE_GROUP_SECRET_FILE")) && *v)
-        read_secret_file(cfg->secret, sizeof cfg->secret, v);
+        read_secret_file(cfg->secret, sizeof cfg->secret, v);  /* wins over GSLICE_GROUP_SECRET */
 
     copy_str(cfg->real_libcuda, sizeof cfg->real_libcuda, "libcuda.so.1", "GSLICE_REAL_LIBCUDA");
     if ((v = lookup("GSLICE_REAL_LIBCUDA")) && *v)
@@ -86,12 +100,12 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     if ((v = lookup("GSLICE_REAL_LIBNVML")) && *v)
         copy_str(cfg->real_libnvml, sizeof cfg->real_libnvml, v, "GSLICE_REAL_LIBNVML");
 
+    /* The tenant does not choose what happens when tokend is away: the
+     * operator does, per group (`gslice group set G --on-daemon-loss`). */
     cfg->on_daemon_loss = GS_ON_LOSS_WAIT;
-    if ((v = lookup("GSLICE_ON_DAEMON_LOSS")) && *v) {
-        if (!strcmp(v, "wait")) cfg->on_daemon_loss = GS_ON_LOSS_WAIT;
-        else if (!strcmp(v, "open")) cfg->on_daemon_loss = GS_ON_LOSS_OPEN;
-        else GS_WARN("GSLICE_ON_DAEMON_LOSS=%s is not a policy; expected wait or open (using wait)", v);
-    }
+    if ((v = lookup("GSLICE_ON_DAEMON_LOSS")) && *v && strcmp(v, "wait") != 0)
+        GS_WARN("GSLICE_ON_DAEMON_LOSS=%s is ignored: the daemon-loss policy is the operator's, set per group "
+                "in tokend (gslice group set GROUP --on-daemon-loss open); using the group's", v);
 
     cfg->daemon_wait_ms = 30000;
     if ((v = lookup("GSLICE_DAEMON_WAIT_MS")) && *v) {

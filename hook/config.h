@@ -16,17 +16,24 @@ typedef struct gs_config {
     char socket_path[256];     /* GSLICE_SOCKET, default /run/gslice/client.sock */
     char socket_dir[256];      /* GSLICE_SOCKET_DIR: <dir>/<gpu-uuid>/client.sock */
     char group[128];           /* GSLICE_GROUP */
-    char secret[128];          /* GSLICE_GROUP_SECRET, or GSLICE_GROUP_SECRET_FILE's content */
+    char secret[128];          /* GSLICE_GROUP_SECRET, or the content of GSLICE_GROUP_SECRET_FILE */
     char real_libcuda[256];    /* GSLICE_REAL_LIBCUDA, default libcuda.so.1 */
     char real_libnvml[256];    /* GSLICE_REAL_LIBNVML, default libnvidia-ml.so.1 */
     int log_level;             /* GSLICE_LOG_LEVEL error|warn|info|debug */
-    int on_daemon_loss;        /* GSLICE_ON_DAEMON_LOSS wait|open */
+    int on_daemon_loss;        /* unused: the policy is the operator's, gs_config_daemon_loss() */
     int daemon_wait_ms;        /* GSLICE_DAEMON_WAIT_MS, default 30000 */
     unsigned long long context_reserve; /* GSLICE_CONTEXT_RESERVE_MIB (default 512): bytes charged per context */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */
 const gs_config *gs_config_get(void);
+/* The daemon-loss policy in force: the operator's, from tokend's last
+ * AttachReply; wait until one arrived. A tenant's environment cannot loosen
+ * it (GSLICE_ON_DAEMON_LOSS is ignored with a warning). */
+int gs_config_daemon_loss(void);
+/* Records the operator's policy from an AttachReply (DaemonLossPolicy:
+ * 0 unspecified and 1 wait, 2 open). */
+void gs_config_set_daemon_loss(int daemon_loss_policy);
 /* Parses an environment-like lookup into cfg (for tests); problems are
  * logged naming the variable, the bad value and what is accepted. */
 void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name));

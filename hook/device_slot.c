@@ -41,6 +41,7 @@ static void on_quota_changed(void *ctx, uint64_t quota)
 static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
 {
     gs_slot *s = ctx;
+    gs_config_set_daemon_loss(info->on_daemon_loss);  /* the operator's, before any later loss */
     pthread_mutex_lock(&s->info_mu);
     s->info = *info;
     s->attached = true;
@@ -259,6 +260,8 @@ void gs_slots_fork_prepare(void)
     pthread_mutex_lock(&slots_mu);
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++)
+        gs_rpc_fork_prepare(slots[i]->rpc);
+    for (int i = 0; i < n; i++)
         gs_gate_fork_prepare(&slots[i]->gate);
 }
 
@@ -267,6 +270,8 @@ void gs_slots_fork_parent(void)
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++)
         gs_gate_fork_parent(&slots[i]->gate);
+    for (int i = 0; i < n; i++)
+        gs_rpc_fork_parent(slots[i]->rpc);
     pthread_mutex_unlock(&slots_mu);
 }
 
@@ -275,6 +280,7 @@ void gs_slots_fork_child(void)
     int n = atomic_load(&slot_count);
     for (int i = 0; i < n; i++) {
         gs_slot *s = slots[i];
+        gs_rpc_fork_child(s->rpc);
         gs_gate_fork_child(&s->gate);
         gs_ledger_account_fork_child(&s->ledger);
         pthread_mutex_init(&s->info_mu, NULL);

@@ -311,6 +311,7 @@ void gs_ledger_flush(gs_ledger_account *a)
 {
     pthread_mutex_lock(&a->mu);
     uint64_t bytes = a->pending_release;
+    uint64_t epoch = a->attach_epoch;
     a->pending_release = 0;
     pthread_mutex_unlock(&a->mu);
     if (!bytes)
@@ -322,6 +323,10 @@ void gs_ledger_flush(gs_ledger_account *a)
         a->n_flushes++;
         a->bytes_released += bytes;
         a->view_valid = false;
+    } else if (rc < 0 && a->attach_epoch != epoch) {
+        /* A re-attach during the call declared only what is held (and
+         * zeroed pending): these bytes are settled; re-adding them would
+         * release them a second time from the new client. */
     } else if (rc < 0) {
         /* Transport trouble: keep it pending. After a reconnect the
          * re-attach declares only what is held, so it is settled then. */
@@ -397,8 +402,8 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
             if (gs_rpc_wait_attached(a->rpc, 2000, NULL))
                 continue;
         }
-        if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN) {
-            GS_ERROR("tokend unreachable at %s (%d: %s); GSLICE_ON_DAEMON_LOSS=open: %s of %llu bytes "
+        if (gs_config_daemon_loss() == GS_ON_LOSS_OPEN) {
+            GS_ERROR("tokend unreachable at %s (%d: %s); the group's on-daemon-loss policy open: %s of %llu bytes "
                      "allowed UNMETERED", a->label, rc, gs_rpc_last_error(), what, (unsigned long long)bytes);
             return GS_RESERVE_UNMETERED;
         }
@@ -475,6 +480,7 @@ uint64_t gs_ledger_redeclare(gs_ledger_account *a)
 {
     pthread_mutex_lock(&a->mu);
     a->pending_release = 0;
+    a->attach_epoch++;
     a->view_valid = false;
     uint64_t held = a->held;
     pthread_mutex_unlock(&a->mu);

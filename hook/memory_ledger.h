@@ -51,6 +51,7 @@ typedef struct gs_ledger_account {
     const char *label;           /* the socket path, for log lines */
     uint64_t held;               /* reserved at tokend by this process */
     uint64_t pending_release;    /* freed here, not yet told to tokend */
+    uint64_t attach_epoch;       /* bumped by each re-declaration (re-attach) */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     bool view_valid;
     uint32_t view_pids[256];     /* the group's processes on this GPU (NVML listing) */

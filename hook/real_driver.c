@@ -24,7 +24,7 @@ static __thread int loading_here __attribute__((tls_model("initial-exec")));
 
 bool gs_real_loading_here(void) { return loading_here != 0; }
 
-void *gs_resolve_real_dlsym(void)
+GS_SANITIZER_START_UP void *gs_resolve_real_dlsym(void)
 {
     void *fn = __atomic_load_n(&gs_real_dlsym_fn, __ATOMIC_ACQUIRE);
     if (__builtin_expect(fn == NULL, 0)) {
@@ -37,7 +37,7 @@ void *gs_resolve_real_dlsym(void)
     return fn;
 }
 
-void *gs_real_dlsym(void *handle, const char *name)
+GS_SANITIZER_START_UP void *gs_real_dlsym(void *handle, const char *name)
 {
     dlsym_fn fn = (dlsym_fn)gs_resolve_real_dlsym();
     return fn ? fn(handle, name) : NULL;

@@ -16,6 +16,11 @@
 #include "gslice_nvml_abi.h"
 #include "intercept_table.h"
 
+/* Code a sanitizer runtime may reach through our dlsym during its own
+ * start-up, before its shadow memory exists: never instrumented
+ * (GSLICE_SANITIZE builds; no effect otherwise). */
+#define GS_SANITIZER_START_UP __attribute__((no_sanitize("address", "undefined", "thread")))
+
 /* Real pointers per table row: dlsym'd from the real library, and the one
  * the real cuGetProcAddress answered (set on the cuGetProcAddress route). */
 extern void *gs_real_exported[GS_ID_COUNT];

@@ -124,6 +124,10 @@ enum io_phase { PHASE_DOWN, PHASE_ATTACHING, PHASE_OPENING_CONTROL, PHASE_ATTACH
 struct gs_rpc {
     gs_rpc_config cfg;          /* its strings are ours (strdup) */
     pthread_mutex_t lock;
+    /* Held by the I/O thread while it installs or tears down `conn`, and by
+     * fork's prepare handler: a child never sees a connection half closed
+     * (its fd closed, maybe reused, and its memory freed). */
+    pthread_mutex_t conn_lock;
     pthread_cond_t attached_cond;
     pthread_t io_thread;
     int wake_fd;
@@ -133,6 +137,7 @@ struct gs_rpc {
     bool stopping;              /* gs_rpc_stop began: no reconnecting */
     bool attached;
     bool attach_refused;        /* the last Attach was refused (bad group/secret) */
+    bool joined;                /* gs_rpc_stop joined the I/O thread */
     unsigned attach_count;
     gs_attach_info info;
     char not_attached_reason[256];
@@ -196,6 +201,7 @@ static void init_sync(gs_rpc *rpc)
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&rpc->lock, NULL);
+    pthread_mutex_init(&rpc->conn_lock, NULL);
     pthread_cond_init(&rpc->attached_cond, &attr);
     pthread_condattr_destroy(&attr);
 }
@@ -385,6 +391,8 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     info->quantum_max_us = r->quantum_max_us;
     info->grace_us = r->grace_us;
     info->priority = (int)r->priority;
+    snprintf(info->public_id, sizeof info->public_id, "%s", r->public_id);
+    info->on_daemon_loss = (int)r->on_daemon_loss;
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 
     rpc_call *control = call_new(M_CONTROL, true);
@@ -594,6 +602,8 @@ static bool serve_connection(gs_rpc *rpc)
             mark_broken(rpc, false, err);
             break;
         }
+        if (rpc->broken)
+            break; /* a stream closed while flushing (e.g. a rejected Control event): don't sleep in poll */
         struct pollfd fds[2] = {
             {h2_connection_fd(rpc->conn),
              (short)(POLLIN | (h2_connection_wants_write(rpc->conn) ? POLLOUT : 0)), 0},
@@ -628,8 +638,10 @@ static bool serve_connection(gs_rpc *rpc)
     pthread_mutex_unlock(&rpc->lock);
 
     rpc->phase = PHASE_CLOSING; /* handlers start nothing from here on */
+    pthread_mutex_lock(&rpc->conn_lock);
     h2_connection_close(rpc->conn, GS_RPC_UNAVAILABLE, reason);
     rpc->conn = NULL;
+    pthread_mutex_unlock(&rpc->conn_lock);
     rpc->phase = PHASE_DOWN;
     return was_attached;
 }
@@ -656,7 +668,10 @@ static void *io_main(void *arg)
     while (!stop_requested(rpc)) {
         char err[256];
         rpc->broken = false;
-        rpc->conn = h2_connection_open(rpc->cfg.socket_path, &stream_handlers, rpc, err, sizeof err);
+        h2_connection *conn = h2_connection_open(rpc->cfg.socket_path, &stream_handlers, rpc, err, sizeof err);
+        pthread_mutex_lock(&rpc->conn_lock);
+        rpc->conn = conn;
+        pthread_mutex_unlock(&rpc->conn_lock);
         int wait_ms = backoff_ms;
         if (rpc->conn) {
             bool was_attached = serve_connection(rpc);
@@ -768,6 +783,14 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
     call->wait_ms = wait_ms;
     enum rpc_method method = call->method;
     pthread_mutex_lock(&rpc->lock);
+    if (rpc->stop) {
+        /* The I/O thread is gone or going (process exit): nobody would ever
+         * complete the call. */
+        call->refs = 1;
+        pthread_mutex_unlock(&rpc->lock);
+        set_last_error("the shim's RPC client stopped (process exiting)");
+        return GS_RPC_UNAVAILABLE;
+    }
     if (!rpc->attached && !(method == M_DETACH && rpc->stopping)) {
         char reason[300];
         snprintf(reason, sizeof reason, "not attached to tokend: %s", rpc->not_attached_reason);
@@ -922,6 +945,33 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used
     return rc;
 }
 
+void gs_rpc_fork_prepare(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    pthread_mutex_lock(&rpc->conn_lock);
+}
+
+void gs_rpc_fork_parent(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    pthread_mutex_unlock(&rpc->conn_lock);
+}
+
+void gs_rpc_fork_child(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    /* At once, in the atfork handler: the child's copy of the parent's
+     * socket must not keep the parent's session alive (tokend detaches a
+     * killed parent on EOF), nor be closed later when its number may have
+     * been reused by the child. conn is whole here (conn_lock was held). */
+    if (rpc->conn)
+        h2_connection_forget(rpc->conn);
+    pthread_mutex_init(&rpc->conn_lock, NULL);
+}
+
 void gs_rpc_after_fork_child(gs_rpc *rpc)
 {
     /* Only this thread exists here. The parent's I/O thread may have held
@@ -936,7 +986,7 @@ void gs_rpc_after_fork_child(gs_rpc *rpc)
     rpc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rpc->queue_head = rpc->queue_tail = NULL;
     rpc->in_flight = NULL; /* their callers are threads of the parent */
-    rpc->stop = rpc->stopping = false;
+    rpc->stop = rpc->stopping = rpc->joined = false;
     rpc->attached = false;
     rpc->phase = PHASE_DOWN;
     snprintf(rpc->not_attached_reason, sizeof rpc->not_attached_reason,
@@ -956,7 +1006,7 @@ void gs_rpc_stop(gs_rpc *rpc)
     pthread_mutex_lock(&rpc->lock);
     if (rpc->stopping && rpc->stop) {
         pthread_mutex_unlock(&rpc->lock);
-        return; /* no thread to stop (failed fork restart) */
+        return; /* stopped already, or no thread to stop (failed fork restart) */
     }
     bool attached = rpc->attached;
     rpc->stopping = true;
@@ -978,9 +1028,23 @@ void gs_rpc_stop(gs_rpc *rpc)
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += STOP_JOIN_MS / 1000;
-    if (pthread_timedjoin_np(rpc->io_thread, NULL, &deadline) != 0)
-        return; /* stuck in a callback: leave everything to it, exit is near */
+    if (pthread_timedjoin_np(rpc->io_thread, NULL, &deadline) == 0) {
+        pthread_mutex_lock(&rpc->lock);
+        rpc->joined = true;
+        pthread_mutex_unlock(&rpc->lock);
+    }
+    /* Nothing is freed here: at exit an application thread may still be
+     * inside run_call (it wakes on the lock and cond below) or about to
+     * call (rpc->stop fails it fast). The memory goes with the process. */
+}
 
+void gs_rpc_free(gs_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    gs_rpc_stop(rpc);
+    if (!rpc->joined)
+        return; /* the I/O thread is stuck in a callback: it still uses rpc */
     close(rpc->wake_fd);
     free((char *)rpc->cfg.socket_path);
     free((char *)rpc->cfg.group);

@@ -47,6 +47,8 @@ typedef struct gs_attach_info {
     uint32_t quantum_max_us;
     uint32_t grace_us;
     int priority;
+    char public_id[32];        /* how tokend's status and logs name this client */
+    int on_daemon_loss;        /* the operator's DaemonLossPolicy for the group */
 } gs_attach_info;
 
 typedef struct gs_rpc_config {
@@ -88,11 +90,21 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used
 
 const char *gs_rpc_last_error(void);
 
+/* fork() handlers (pthread_atfork): prepare/parent around the fork, child
+ * in the child at once (closes the child's copy of the connection). */
+void gs_rpc_fork_prepare(gs_rpc *rpc);
+void gs_rpc_fork_parent(gs_rpc *rpc);
+void gs_rpc_fork_child(gs_rpc *rpc);
 /* In the child after fork(): forget the parent's connection and thread,
  * start a fresh one (a new client of the same group). */
 void gs_rpc_after_fork_child(gs_rpc *rpc);
-/* Detach cleanly and stop the I/O thread (process exit). */
+/* Detach cleanly and stop the I/O thread (process exit). The client stays
+ * allocated: other threads may still be inside a call, or make one, while
+ * the process exits; those calls fail with GS_RPC_UNAVAILABLE. */
 void gs_rpc_stop(gs_rpc *rpc);
+/* Stops (if needed) and frees the client. Only when no other thread can
+ * use it any more (tests, tools; never from an exit path). */
+void gs_rpc_free(gs_rpc *rpc);
 
 #ifdef __cplusplus
 }

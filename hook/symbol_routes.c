@@ -33,7 +33,7 @@ int gs_intercept_find(const char *name)
     return -1;
 }
 
-static bool maybe_intercepted(const char *name)
+GS_SANITIZER_START_UP static bool maybe_intercepted(const char *name)
 {
     return name && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nvml", 4));
 }
@@ -99,7 +99,7 @@ void *gs_route_proc_address(const char *symbol, void *fn, int cuda_version, cuui
 }
 
 /* Our dlsym for a real handle: the real answer, or our wrapper for it. */
-__attribute__((used)) void *gs_dlsym_handle(void *handle, const char *name)
+__attribute__((used)) GS_SANITIZER_START_UP void *gs_dlsym_handle(void *handle, const char *name)
 {
     void *p = gs_real_dlsym(handle, name);
     if (!p || !maybe_intercepted(name) || gs_real_loading_here())

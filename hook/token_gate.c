@@ -169,7 +169,6 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
  * with mu held, state ACQUIRING. */
 static void handle_daemon_loss_locked(gs_gate *g, int rc)
 {
-    const gs_config *cfg = gs_config_get();
     uint64_t now = monotonic_ns();
     const char *why = gs_rpc_last_error();
     if (!g->loss_logged) {
@@ -177,18 +176,18 @@ static void handle_daemon_loss_locked(gs_gate *g, int rc)
         g->loss_since_ns = now;
         g->loss_reminder_ns = now + 10000000000ull;
         atomic_fetch_add_explicit(&g->n_losses, 1, memory_order_relaxed);
-        if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN)
-            GS_ERROR("tokend unreachable at %s (result %d: %s); GSLICE_ON_DAEMON_LOSS=open: "
+        if (gs_config_daemon_loss() == GS_ON_LOSS_OPEN)
+            GS_ERROR("tokend unreachable at %s (result %d: %s); the group's on-daemon-loss policy open: "
                      "launches run UNMETERED until it is back", g->label, rc, why ? why : "");
         else
-            GS_WARN("tokend unreachable at %s (result %d: %s); GSLICE_ON_DAEMON_LOSS=wait: "
+            GS_WARN("tokend unreachable at %s (result %d: %s); the group's on-daemon-loss policy wait: "
                     "launches wait until it is back", g->label, rc, why ? why : "");
     } else if (now >= g->loss_reminder_ns) {
         g->loss_reminder_ns = now + 10000000000ull;
         GS_WARN("still waiting for tokend at %s after %.0f s (result %d: %s)", g->label,
                 (double)(now - g->loss_since_ns) / 1e9, rc, why ? why : "");
     }
-    if (cfg->on_daemon_loss == GS_ON_LOSS_OPEN) {
+    if (gs_config_daemon_loss() == GS_ON_LOSS_OPEN) {
         g->state = GS_GATE_UNMETERED;
         g->token_id = 0;
         atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from gslice.paths import DEFAULT_SOCKET_DIR, DEFAULT_STATE_DIR
 
+from .limits import UINT32_MAX, Limits
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The daemon's flags (shared with `gslice tokend`)."""
@@ -32,6 +34,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace-ms", type=float, default=200.0,
                         help="how long past its quantum a holder may keep the token (default 200 ms)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    limits = Limits()
+    parser.add_argument("--max-clients", type=int, default=limits.max_clients,
+                        help=f"attached clients over all groups (default {limits.max_clients})")
+    parser.add_argument("--max-clients-per-group", type=int, default=limits.max_clients_per_group,
+                        help=f"attached clients per group (default {limits.max_clients_per_group})")
+    parser.add_argument("--attach-rate", type=float, default=limits.attach_rate,
+                        help=f"attaches per second per group (default {limits.attach_rate:g})")
+    parser.add_argument("--attach-burst", type=int, default=limits.attach_burst,
+                        help=f"attaches per group allowed at once above the rate (default {limits.attach_burst})")
+    parser.add_argument("--max-streams-per-connection", type=int, default=limits.max_streams_per_connection,
+                        help=f"concurrent RPCs on one connection (default {limits.max_streams_per_connection})")
+    parser.add_argument("--max-connections", type=int, default=limits.max_connections,
+                        help=f"incoming connections per socket (default {limits.max_connections}); "
+                             "keep below the file limit (LimitNOFILE)")
+    parser.add_argument("--connection-idle-seconds", type=float, default=limits.connection_idle_seconds,
+                        help=f"close connections with no RPC for this long (default {limits.connection_idle_seconds:g})")
+    parser.add_argument("--bypass-policy", default="warn", choices=["none", "warn", "kill"],
+                        help="what to do with a process that uses the GPU without being attached, or uses more "
+                             "memory than its group's quota (default warn: status, metric, event)")
+    parser.add_argument("--process-watch-seconds", type=float, default=5.0,
+                        help="how often NVML's process list is checked for bypass (default 5; 0: off)")
     # For tests on machines without NVML: 'UUID,NAME,BYTES'.
     parser.add_argument("--fake-gpu", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--control-open-timeout", type=float, default=None, help=argparse.SUPPRESS)
@@ -73,12 +96,27 @@ def run(args: argparse.Namespace) -> int:
         config = SchedulerConfig(window=args.window, quantum_min=args.quantum_min_ms / 1000.0,
                                  quantum_max=args.quantum_max_ms / 1000.0, grace=args.grace_ms / 1000.0)
         config.validate()
+        limits = Limits(max_clients=args.max_clients, max_clients_per_group=args.max_clients_per_group,
+                        attach_rate=args.attach_rate, attach_burst=args.attach_burst,
+                        max_streams_per_connection=args.max_streams_per_connection,
+                        max_connections=args.max_connections,
+                        connection_idle_seconds=args.connection_idle_seconds).validate()
+        # Durations the protocol carries in uint32 microseconds (AttachReply).
+        for flag, value in (("--quantum-min-ms", args.quantum_min_ms), ("--quantum-max-ms", args.quantum_max_ms),
+                            ("--grace-ms", args.grace_ms)):
+            if not value * 1000 <= UINT32_MAX:
+                raise ValueError(f"{flag} {value:g} is too large: the protocol carries at most "
+                                 f"{UINT32_MAX // 1000} ms (uint32 microseconds)")
+        if not 0 <= args.process_watch_seconds <= 3600:
+            raise ValueError(f"--process-watch-seconds {args.process_watch_seconds:g} is invalid: "
+                             "expected 0 (off) .. 3600")
         options = DaemonOptions(
             state_dir=args.state_dir, socket_dir=args.socket_dir, client_socket_dir=args.client_socket_dir,
             gpu=args.gpu,
             fake_gpu=GpuInfo.parse(args.fake_gpu) if args.fake_gpu else None,
             metrics_port=args.metrics_port, metrics_address=args.metrics_address, scheduler=config,
-            control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT)
+            control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT,
+            limits=limits, bypass_policy=args.bypass_policy, process_watch_seconds=args.process_watch_seconds)
         asyncio.run(TokenDaemon(options).run())
     except (StartupError, GpuDiscoveryError, StateError) as exc:
         log.error("%s", exc)

@@ -1,6 +1,7 @@
 """gslice.v1.AdminService: the operator's, on admin.sock (owner only)."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 from gslice.v1 import admin_pb2
@@ -11,15 +12,19 @@ from .coordinator import Coordinator
 class AdminService:
     def __init__(self, coordinator: Coordinator):
         self._coordinator = coordinator
+        self._changes = asyncio.Lock()  # one group-table change (and its save) at a time
 
     async def CreateGroup(self, request: admin_pb2.CreateGroupRequest, context) -> admin_pb2.CreateGroupReply:
-        return self._coordinator.create_group(request.group)
+        async with self._changes:
+            return await self._coordinator.create_group(request.group)
 
     async def UpdateGroup(self, request: admin_pb2.UpdateGroupRequest, context) -> admin_pb2.Group:
-        return self._coordinator.update_group(request)
+        async with self._changes:
+            return await self._coordinator.update_group(request)
 
     async def DeleteGroup(self, request: admin_pb2.DeleteGroupRequest, context) -> admin_pb2.DeleteGroupReply:
-        self._coordinator.delete_group(request.name)
+        async with self._changes:
+            await self._coordinator.delete_group(request.name)
         return admin_pb2.DeleteGroupReply()
 
     async def ListGroups(self, request: admin_pb2.ListGroupsRequest, context) -> admin_pb2.ListGroupsReply:
@@ -30,6 +35,10 @@ class AdminService:
 
     async def GetGroupSecret(self, request: admin_pb2.GetGroupSecretRequest, context) -> admin_pb2.GetGroupSecretReply:
         return admin_pb2.GetGroupSecretReply(secret=self._coordinator.group_secret(request.name))
+
+    async def RemoveClient(self, request: admin_pb2.RemoveClientRequest, context) -> admin_pb2.RemoveClientReply:
+        self._coordinator.remove_client(request.public_id, request.reason)
+        return admin_pb2.RemoveClientReply()
 
     async def Watch(self, request: admin_pb2.WatchRequest, context):
         events = self._coordinator.events

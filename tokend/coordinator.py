@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import re
 import secrets
 import time
@@ -19,12 +20,15 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 
-from gslice.v1 import admin_pb2, client_pb2
+from gslice.v1 import admin_pb2, client_pb2, common_pb2
 
 from .events import EventHub
 from .gpu_discovery import GpuInfo
+from .limits import (MAX_GPU_UUID_BYTES, MAX_GROUP_BYTES, MAX_SECRET_BYTES, AttachRateLimiter, Limits,
+                     check_field_length, clamp_u64, printable)
 from .memory_ledger import MemoryLedger
 from .metrics import TokendMetrics
+from .process_watch import Bypass, GpuProcessUse, find_bypass, kill
 from .rpc_guard import RpcFailure
 from .scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
 from .state_store import GroupStore, StoredGroup
@@ -37,6 +41,11 @@ DEFAULT_ACQUIRE_TIMEOUT = 30.0
 # after this long: without the stream its death would go unnoticed.
 DEFAULT_CONTROL_OPEN_TIMEOUT = 10.0
 _DETACHED = object()  # Control queue sentinel: the client is gone, end the stream
+# Compared against when the group is unknown, so "no such group" and "wrong
+# secret" take the same path and give the same answer.
+_NO_SECRET = secrets.token_hex(24)
+ATTACH_REFUSED = "attach refused: unknown group or wrong secret"
+DAEMON_LOSS_WAIT = common_pb2.DAEMON_LOSS_WAIT
 
 
 def new_group_secret() -> str:
@@ -48,7 +57,8 @@ def new_group_secret() -> str:
 
 @dataclass
 class ClientSession:
-    client_id: str
+    client_id: str      # the bearer credential: only ever sent back to its own client
+    public_id: str      # what status, events, logs and reasons show
     group: str
     pid: int
     process_name: str
@@ -61,8 +71,9 @@ class ClientSession:
 
 class Coordinator:
     def __init__(self, gpu: GpuInfo, config: SchedulerConfig, store: GroupStore, metrics: TokendMetrics,
-                 control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT):
+                 control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT, limits: Limits | None = None):
         config.validate()
+        self.limits = (limits or Limits()).validate()
         self.gpu = gpu
         self.config = config
         self.store = store
@@ -72,10 +83,19 @@ class Coordinator:
         self.ledger = MemoryLedger()
         self.control_open_timeout = control_open_timeout
         self.sessions: dict[str, ClientSession] = {}
+        self._by_public_id: dict[str, ClientSession] = {}
+        self._members: dict[str, dict[str, ClientSession]] = {}  # group -> client_id -> session
+        self._attach_rates: dict[str, AttachRateLimiter] = {}     # per group: a tenant cannot use up another's
+        self._next_public = 1
         self.secrets: dict[str, str] = {}
         self.labels: dict[str, dict[str, str]] = {}  # group -> labels (not the core's business)
         self.gpu_index = gpu.index
         self.client_socket = ""  # set by the daemon: reported in status for node agents
+        self.loss_policy: dict[str, int] = {}  # group -> DaemonLossPolicy
+        self.flags: dict[str, str] = {}        # group -> why it was flagged at start-up
+        self.state_note = ""
+        self.unmanaged_processes: list[admin_pb2.GpuProcess] = []  # kept by the process watch
+        self._reported_bypass: set[tuple[int, str]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -87,10 +107,20 @@ class Coordinator:
         self._loop = loop
 
     def load_groups(self) -> None:
-        """Restore the persisted groups (before serving)."""
+        """Restore the persisted groups (before serving). A group whose stored
+        quota no longer fits the GPU (driver upgrade, MIG change) is loaded
+        with its quota cut to the GPU's memory and flagged, not refused: a
+        daemon that will not start leaves every process on the GPU waiting."""
         now = time.monotonic()
-        for stored in self.store.load():
+        stored_groups, self.state_note = self.store.load_or_recover()
+        for stored in stored_groups:
             spec = GroupSpec(stored.name, stored.request, stored.limit, stored.memory_quota, Priority(stored.priority))
+            if spec.memory_quota > self.gpu.memory_total:
+                self.flags[spec.name] = (
+                    f"stored memory_quota {spec.memory_quota} bytes exceeds the GPU's {self.gpu.memory_total} bytes "
+                    f"(driver or MIG change?); enforcing {self.gpu.memory_total} bytes until an UpdateGroup sets it")
+                spec = replace(spec, memory_quota=self.gpu.memory_total)
+                log.warning("group %r: %s", spec.name, self.flags[spec.name])
             try:
                 self._check_spec(spec)
                 self._apply(self.scheduler.add_group(spec, now))
@@ -100,7 +130,11 @@ class Coordinator:
             self.secrets[spec.name] = stored.secret
             if stored.labels:
                 self.labels[spec.name] = dict(stored.labels)
+            self.loss_policy[spec.name] = stored.on_daemon_loss
+            self._members[spec.name] = {}
             self._publish_group_metrics(spec)
+        if self.state_note:
+            log.warning("%s", self.state_note)
         log.info("loaded %d group(s) from %s", len(self.secrets), self.store.path)
 
     def _core(self, method, *args, **kwargs) -> None:
@@ -129,7 +163,7 @@ class Coordinator:
         if waiter is None or waiter.done():
             # Nobody is waiting for it any more: hand it straight back.
             log.warning("grant of token %d to %s that no AcquireToken waits for; releasing it",
-                        grant.token_id, grant.client_id)
+                        grant.token_id, session.public_id if session else "a detached client")
             if session is not None:
                 # Not idle: the client never saw this slice, its quantum must not shrink.
                 self._core(self.scheduler.release, grant.client_id, grant.token_id, 0.0)
@@ -145,7 +179,7 @@ class Coordinator:
         session.control_queue.put_nowait(client_pb2.ControlEvent(
             revoke=client_pb2.Revoke(token_id=revoke.token_id, reason=revoke.reason)))
         self.metrics.preemptions.labels(session.group).inc()
-        self.events.publish("preempted", session.group, revoke.client_id,
+        self.events.publish("preempted", session.group, session.public_id,
                             f"token {revoke.token_id} revoked: {revoke.reason}")
 
     def _on_expire(self, expire: Expire) -> None:
@@ -155,7 +189,7 @@ class Coordinator:
         session.control_queue.put_nowait(client_pb2.ControlEvent(
             revoke=client_pb2.Revoke(token_id=expire.token_id, reason="expired")))
         self.metrics.expiries.labels(session.group).inc()
-        self.events.publish("token_expired", session.group, expire.client_id,
+        self.events.publish("token_expired", session.group, session.public_id,
                             f"token {expire.token_id} not released within quantum + grace; "
                             f"charged {expire.charged * 1e3:.1f} ms")
 
@@ -186,23 +220,50 @@ class Coordinator:
         session = self.sessions.get(client_id)
         if session is None:
             raise RpcFailure(grpc.StatusCode.NOT_FOUND,
-                             f"unknown client_id {client_id!r}: not attached (or detached, or tokend restarted); "
+                             f"unknown client_id {client_id[:64]!r}: not attached (or detached, or tokend restarted); "
                              "call Attach again")
         return session
 
-    def attach(self, request: client_pb2.AttachRequest) -> client_pb2.AttachReply:
+    def _check_attach(self, request: client_pb2.AttachRequest) -> None:
+        """Everything an Attach must pass before it changes any state."""
         if request.protocol_version not in (0, PROTOCOL_VERSION):
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
                              f"protocol_version {request.protocol_version} is not supported; "
                              f"this tokend speaks {PROTOCOL_VERSION}")
+        check_field_length("group", request.group, MAX_GROUP_BYTES)
+        check_field_length("secret", request.secret, MAX_SECRET_BYTES)
+        check_field_length("gpu_uuid", request.gpu_uuid, MAX_GPU_UUID_BYTES)
+        # One answer, one code path and one comparison for an unknown group
+        # and a wrong secret: neither the message nor the timing tells which.
         secret = self.secrets.get(request.group)
-        if secret is None:
-            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, f"no group named {request.group!r} on this tokend")
-        if not hmac.compare_digest(secret.encode(), request.secret.encode()):
-            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, f"wrong secret for group {request.group!r}")
+        matches = hmac.compare_digest((secret or _NO_SECRET).encode(), request.secret.encode())
+        if secret is None or not matches:
+            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, ATTACH_REFUSED)
         if request.gpu_uuid and request.gpu_uuid != self.gpu.uuid:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
                              f"client asked for GPU {request.gpu_uuid!r} but this tokend serves {self.gpu.uuid!r}")
+        if request.reserved_bytes > self.gpu.memory_total:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"reserved_bytes {request.reserved_bytes} exceeds the GPU's physical memory of "
+                             f"{self.gpu.memory_total} bytes; a process cannot hold more")
+        limits = self.limits
+        if len(self.sessions) >= limits.max_clients:
+            raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"{len(self.sessions)} clients attached; tokend's limit is {limits.max_clients} "
+                             "(--max-clients)")
+        members = self._members[request.group]
+        if len(members) >= limits.max_clients_per_group:
+            raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"group {request.group!r} has {len(members)} clients attached; the limit per group is "
+                             f"{limits.max_clients_per_group} (--max-clients-per-group)")
+        rate = self._attach_rates.get(request.group)
+        if rate is None:
+            rate = self._attach_rates[request.group] = AttachRateLimiter(
+                limits.attach_rate, limits.attach_burst, time.monotonic())
+        rate.take(time.monotonic())
+
+    def attach(self, request: client_pb2.AttachRequest) -> client_pb2.AttachReply:
+        self._check_attach(request)
         client_id = secrets.token_hex(16)
         self._core(self.scheduler.attach, client_id, request.group)
         try:
@@ -210,22 +271,28 @@ class Coordinator:
         except BaseException:
             self._core(self.scheduler.detach, client_id)
             raise
-        session = ClientSession(client_id, request.group, request.pid, request.process_name, time.time())
+        public_id = f"c{self._next_public}"
+        self._next_public += 1
+        process_name = printable(request.process_name)
+        session = ClientSession(client_id, public_id, request.group, request.pid, process_name, time.time())
         self.sessions[client_id] = session
+        self._by_public_id[public_id] = session
+        self._members[request.group][client_id] = session
         if self._loop is not None:
             self._loop.call_later(self.control_open_timeout, self._drop_if_no_control, client_id)
         spec = self.scheduler.group(request.group)
         used = self.ledger.group_used(request.group)
         self._publish_memory(request.group)
         self._publish_clients(request.group)
-        self.events.publish("client_attached", request.group, client_id,
-                            f"pid {request.pid} ({request.process_name or '?'}) declared "
+        self.events.publish("client_attached", request.group, public_id,
+                            f"pid {request.pid} ({process_name or '?'}) declared "
                             f"{request.reserved_bytes} bytes held")
         return client_pb2.AttachReply(
-            client_id=client_id, group=request.group, gpu_uuid=self.gpu.uuid,
-            memory_quota=spec.memory_quota, memory_used=used, physical_memory=self.gpu.memory_total,
+            client_id=client_id, public_id=public_id, group=request.group, gpu_uuid=self.gpu.uuid,
+            memory_quota=spec.memory_quota, memory_used=clamp_u64(used), physical_memory=self.gpu.memory_total,
             quantum_min_us=round(self.config.quantum_min * 1e6), quantum_max_us=round(self.config.quantum_max * 1e6),
-            grace_us=round(self.config.grace * 1e6), priority=int(spec.priority))
+            grace_us=round(self.config.grace * 1e6), priority=int(spec.priority),
+            on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT))
 
     def _drop_if_no_control(self, client_id: str) -> None:
         session = self.sessions.get(client_id)
@@ -237,26 +304,28 @@ class Coordinator:
         session = self.sessions.pop(client_id, None)
         if session is None:
             return False
+        self._by_public_id.pop(session.public_id, None)
+        self._members.get(session.group, {}).pop(client_id, None)
         try:
             self._core(self.scheduler.detach, client_id)
         finally:
             freed = self.ledger.detach(client_id)
             if session.pending_grant is not None and not session.pending_grant.done():
                 session.pending_grant.set_exception(RpcFailure(
-                    grpc.StatusCode.ABORTED, f"client {client_id} was detached while waiting: {reason}"))
+                    grpc.StatusCode.ABORTED, f"client {session.public_id} was detached while waiting: {reason}"))
             session.control_queue.put_nowait(_DETACHED)
             self._publish_memory(session.group)
             self._publish_clients(session.group)
-            self.events.publish("client_detached", session.group, client_id, f"{reason}; freed {freed} bytes")
+            self.events.publish("client_detached", session.group, session.public_id, f"{reason}; freed {freed} bytes")
             log.info("client %s (group %s, pid %d) detached: %s; freed %d bytes",
-                     client_id, session.group, session.pid, reason, freed)
+                     session.public_id, session.group, session.pid, reason, freed)
         return True
 
     async def acquire(self, client_id: str, timeout_ms: int) -> client_pb2.AcquireTokenReply:
         session = self.session(client_id)
         if session.pending_grant is not None:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"client {client_id} already has an AcquireToken waiting; one at a time")
+                             f"client {session.public_id} already has an AcquireToken waiting; one at a time")
         timeout = timeout_ms / 1000.0 if timeout_ms else DEFAULT_ACQUIRE_TIMEOUT
         waiter = asyncio.get_running_loop().create_future()
         session.pending_grant = waiter
@@ -269,7 +338,7 @@ class Coordinator:
                 grant = waiter.result() if waiter.done() else await asyncio.wait_for(asyncio.shield(waiter), timeout)
             except asyncio.TimeoutError:
                 raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                 f"no token for client {client_id} within {timeout_ms or timeout * 1000:.0f} ms") from None
+                                 f"no token for client {session.public_id} within {timeout_ms or timeout * 1000:.0f} ms") from None
             granted = True
             return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
         finally:
@@ -289,7 +358,7 @@ class Coordinator:
         try:
             self._core(self.scheduler.cancel, client_id)
         except Exception as exc:  # e.g. the core never queued it because request() raised
-            log.debug("cancel of %s's wait: %s", client_id, exc)
+            log.debug("cancel of %s's wait: %s", self.sessions[client_id].public_id, exc)
 
     def release_token(self, request: client_pb2.ReleaseTokenRequest) -> None:
         self.session(request.client_id)
@@ -303,10 +372,11 @@ class Coordinator:
         reservation = self.ledger.reserve(client_id, size)
         if not reservation.granted:
             self.metrics.memory_refused.labels(session.group).inc()
-            self.events.publish("memory_refused", session.group, client_id,
+            self.events.publish("memory_refused", session.group, session.public_id,
                                 f"asked {size} bytes; group uses {reservation.used} of {reservation.quota}")
         self._publish_memory(session.group)
-        return client_pb2.ReserveMemoryReply(granted=reservation.granted, used=reservation.used, quota=reservation.quota)
+        return client_pb2.ReserveMemoryReply(granted=reservation.granted, used=clamp_u64(reservation.used),
+                                             quota=reservation.quota)
 
     def release_memory(self, client_id: str, size: int) -> client_pb2.ReleaseMemoryReply:
         session = self.session(client_id)
@@ -314,20 +384,20 @@ class Coordinator:
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "ReleaseMemory of 0 bytes; release at least 1 byte")
         reservation = self.ledger.release(client_id, size)
         self._publish_memory(session.group)
-        return client_pb2.ReleaseMemoryReply(used=reservation.used, quota=reservation.quota)
+        return client_pb2.ReleaseMemoryReply(used=clamp_u64(reservation.used), quota=reservation.quota)
 
     def memory_info(self, client_id: str) -> client_pb2.GetMemoryInfoReply:
         session = self.session(client_id)
-        pids = sorted({s.pid for s in self.sessions.values() if s.group == session.group})
+        pids = sorted({member.pid for member in self._members.get(session.group, {}).values()})
         return client_pb2.GetMemoryInfoReply(quota=self.ledger.group_quota(session.group),
-                                             used=self.ledger.group_used(session.group),
+                                             used=clamp_u64(self.ledger.group_used(session.group)),
                                              physical_total=self.gpu.memory_total, group_pids=pids)
 
     def open_control(self, client_id: str) -> ClientSession:
         session = self.session(client_id)
         if session.control_open:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"client {client_id} already has a Control stream open; one per client")
+                             f"client {session.public_id} already has a Control stream open; one per client")
         session.control_open = True
         return session
 
@@ -354,35 +424,62 @@ class Coordinator:
     def group_proto(self, spec: GroupSpec) -> admin_pb2.Group:
         return admin_pb2.Group(name=spec.name, request=spec.request, limit=spec.limit,
                                memory_quota=spec.memory_quota, priority=int(spec.priority),
-                               labels=self.labels.get(spec.name, {}))
+                               labels=self.labels.get(spec.name, {}),
+                               on_daemon_loss=self.loss_policy.get(spec.name, DAEMON_LOSS_WAIT))
 
-    def _save_groups(self, secrets_table: dict[str, str], labels: dict[str, dict[str, str]] | None = None) -> None:
+    @staticmethod
+    def _check_loss_policy(value: int) -> int:
+        value = value or DAEMON_LOSS_WAIT
+        if value not in common_pb2.DaemonLossPolicy.values():
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"on_daemon_loss {value} is not one of DAEMON_LOSS_WAIT=1, DAEMON_LOSS_OPEN=2")
+        return value
+
+    async def _save_groups(self, secrets_table: dict[str, str], loss_policy: dict[str, int] | None = None,
+                           labels: dict[str, dict[str, str]] | None = None) -> None:
+        """Durable before the change is answered (an acknowledged change is never
+        lost), but written on a worker thread: fsync can take long on a busy
+        disk and must not stall every tenant's token grants. Admin changes are
+        serialised by the caller (AdminService) so saves never interleave.
+        `loss_policy` and `labels` default to the current tables."""
+        policy = self.loss_policy if loss_policy is None else loss_policy
         labels = self.labels if labels is None else labels
         specs = {spec.name: spec for spec in self.scheduler.groups()}
-        self.store.save([StoredGroup(name, spec.request, spec.limit, spec.memory_quota, int(spec.priority),
-                                     secrets_table[name], dict(labels.get(name, {})))
-                         for name, spec in specs.items()])
+        table = [StoredGroup(name, spec.request, spec.limit, self._stored_quota(spec), int(spec.priority),
+                             secrets_table[name], labels=dict(labels.get(name, {})),
+                             on_daemon_loss=policy.get(name, DAEMON_LOSS_WAIT))
+                 for name, spec in specs.items()]
+        await asyncio.to_thread(self.store.save, table)
 
-    def create_group(self, group: admin_pb2.Group) -> admin_pb2.CreateGroupReply:
+    def _stored_quota(self, spec: GroupSpec) -> int:
+        """A flagged group keeps its stored quota on disk until the operator sets one."""
+        return self.store.stored_quota(spec.name, spec.memory_quota) if spec.name in self.flags else spec.memory_quota
+
+    async def create_group(self, group: admin_pb2.Group) -> admin_pb2.CreateGroupReply:
         spec = self._spec_from_proto(group)
         self._check_spec(spec)
         _check_labels(group.labels)
+        loss_policy = self._check_loss_policy(group.on_daemon_loss)
         self._core(self.scheduler.add_group, spec)
         secret = new_group_secret()
         labels = {**self.labels, spec.name: dict(group.labels)} if group.labels else self.labels
         try:
-            self._save_groups({**self.secrets, spec.name: secret}, labels)
+            await self._save_groups({**self.secrets, spec.name: secret}, {**self.loss_policy, spec.name: loss_policy},
+                                    labels)
         except BaseException:
             self._core(self.scheduler.remove_group, spec.name)
             raise
         self.secrets[spec.name] = secret
         self.labels = labels
+        self.loss_policy[spec.name] = loss_policy
+        self._members[spec.name] = {}
+        self._attach_rates.pop(spec.name, None)
         self.ledger.set_group(spec.name, spec.memory_quota)
         self._publish_group_metrics(spec)
         self.events.publish("group_created", spec.name, message=_describe(spec))
         return admin_pb2.CreateGroupReply(group=self.group_proto(spec), secret=secret)
 
-    def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.Group:
+    async def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.Group:
         old = self.scheduler.group(request.name)  # NotFound from the core
         changes = {}
         if request.HasField("request"):
@@ -400,22 +497,35 @@ class Coordinator:
             changes["priority"] = Priority(changes["priority"])
         new = replace(old, **changes)
         self._check_spec(new)
+        new_policy = dict(self.loss_policy)
+        if request.HasField("on_daemon_loss"):
+            new_policy[new.name] = self._check_loss_policy(request.on_daemon_loss)
         self._core(self.scheduler.update_group, new)  # refused -> nothing changed
         new_secrets = dict(self.secrets)
         if request.rotate_secret:
             new_secrets[new.name] = new_group_secret()
+        old_flag = self.flags.get(new.name)
+        if "memory_quota" in changes:
+            self.flags.pop(new.name, None)  # the operator has chosen a quota that fits
         try:
-            self._save_groups(new_secrets)
+            await self._save_groups(new_secrets, new_policy)
         except BaseException:
             self._core(self.scheduler.update_group, old)
+            if old_flag is not None:
+                self.flags[new.name] = old_flag
             raise
         self.secrets = new_secrets
+        self.loss_policy = new_policy
+        if request.rotate_secret:
+            # Sessions attached with the old secret end now: whoever had it
+            # (the reason to rotate) must not keep a session it opened.
+            for client_id in list(self._members.get(new.name, {})):
+                self.detach(client_id, "group secret rotated; attach again with the new secret")
         if new.memory_quota != old.memory_quota:
             self.ledger.set_group(new.name, new.memory_quota)
-            for session in self.sessions.values():
-                if session.group == new.name:
-                    session.control_queue.put_nowait(client_pb2.ControlEvent(
-                        quota_changed=client_pb2.QuotaChanged(memory_quota=new.memory_quota)))
+            for session in self._members.get(new.name, {}).values():
+                session.control_queue.put_nowait(client_pb2.ControlEvent(
+                    quota_changed=client_pb2.QuotaChanged(memory_quota=new.memory_quota)))
             self.events.publish("quota_changed", new.name,
                                 message=f"memory quota {old.memory_quota} -> {new.memory_quota} bytes")
         self._publish_group_metrics(new)
@@ -423,9 +533,9 @@ class Coordinator:
                             ("; secret rotated" if request.rotate_secret else ""))
         return self.group_proto(new)
 
-    def delete_group(self, name: str) -> None:
+    async def delete_group(self, name: str) -> None:
         self.scheduler.group(name)  # NotFound from the core
-        attached = [s.client_id for s in self.sessions.values() if s.group == name]
+        attached = [s.public_id for s in self._members.get(name, {}).values()]
         if attached:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
                              f"group {name!r} still has {len(attached)} attached client(s) "
@@ -434,12 +544,16 @@ class Coordinator:
         self._core(self.scheduler.remove_group, name)
         remaining = {k: v for k, v in self.secrets.items() if k != name}
         try:
-            self._save_groups(remaining)
+            await self._save_groups(remaining)
         except BaseException:
             self._core(self.scheduler.add_group, old)
             raise
         self.secrets = remaining
         self.labels.pop(name, None)
+        self.loss_policy.pop(name, None)
+        self.flags.pop(name, None)
+        self._members.pop(name, None)
+        self._attach_rates.pop(name, None)
         self.ledger.remove_group(name)
         self.metrics.forget_group(name)
         self.events.publish("group_deleted", name)
@@ -449,6 +563,14 @@ class Coordinator:
         if secret is None:
             raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"no group named {name!r}")
         return secret
+
+    def remove_client(self, public_id: str, reason: str) -> None:
+        """The operator detaches one client (named as status shows it)."""
+        session = self._by_public_id.get(public_id)
+        if session is None:
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"no attached client {public_id[:64]!r}; "
+                             "`gslice status` lists the attached clients")
+        self.detach(session.client_id, f"removed by the operator: {printable(reason, 200) or 'no reason given'}")
 
     def list_groups(self) -> list[admin_pb2.Group]:
         return [self.group_proto(spec) for spec in sorted(self.scheduler.groups(), key=lambda s: s.name)]
@@ -461,36 +583,75 @@ class Coordinator:
         waiting_set = set(waiting)
         reply = admin_pb2.GpuStatus(
             gpu_uuid=self.gpu.uuid, gpu_name=self.gpu.name, physical_memory=self.gpu.memory_total,
-            window_seconds=self.config.window, waiting_client_ids=waiting, now=time.time(),
-            decisions=self.scheduler.decisions, gpu_index=self.gpu_index, client_socket=self.client_socket)
+            window_seconds=self.config.window, now=time.time(),
+            waiting_client_ids=[self.sessions[c].public_id for c in waiting if c in self.sessions],
+            decisions=self.scheduler.decisions, gpu_index=self.gpu_index, client_socket=self.client_socket,
+            state_note=self.state_note)
+        reply.unmanaged_processes.extend(self.unmanaged_processes)
         if holder is not None:
-            reply.holder_client_id, reply.token_id = holder[0], holder[1]
             holder_session = self.sessions.get(holder[0])
+            reply.token_id = holder[1]
+            reply.holder_client_id = holder_session.public_id if holder_session else ""
             reply.holder_group = holder_session.group if holder_session else ""
         busy = 0.0
         for spec in sorted(self.scheduler.groups(), key=lambda s: s.name):
             share = self.scheduler.share(spec.name, now)
             busy += share
-            members = [s for s in self.sessions.values() if s.group == spec.name]
+            members = self._members.get(spec.name, {}).values()
             over = self.ledger.over_quota(spec.name)
             used = self.ledger.group_used(spec.name)
-            note = ""
+            notes = []
             if over:
-                note = (f"quota lowered below use ({used} > {spec.memory_quota} bytes): new reservations refused "
-                        f"until use falls under {spec.memory_quota} bytes")
+                notes.append(f"quota lowered below use ({used} > {spec.memory_quota} bytes): new reservations "
+                             f"refused until use falls under {spec.memory_quota} bytes")
+            if spec.name in self.flags:
+                notes.append(self.flags[spec.name])
+            note = "; ".join(notes)
             reply.groups.append(admin_pb2.GroupStatus(
-                group=self.group_proto(spec), share=share, memory_used=used, over_quota=over,
+                group=self.group_proto(spec), share=share, memory_used=clamp_u64(used), over_quota=over,
+                flagged=spec.name in self.flags,
                 clients=len(members), waiting=sum(1 for s in members if s.client_id in waiting_set), note=note,
                 tokens_granted=self.scheduler.tokens_granted.get(spec.name, 0),
                 preemptions=self.scheduler.preemptions.get(spec.name, 0)))
         reply.busy_fraction = min(1.0, busy)
         for session in sorted(self.sessions.values(), key=lambda s: s.attached_at):
             reply.clients.append(admin_pb2.ClientStatus(
-                client_id=session.client_id, group=session.group, pid=session.pid,
+                client_id=session.public_id, group=session.group, pid=session.pid,
                 process_name=session.process_name, holding=holder is not None and holder[0] == session.client_id,
-                waiting=session.client_id in waiting_set, memory_used=self.ledger.client_used(session.client_id),
+                waiting=session.client_id in waiting_set, memory_used=clamp_u64(self.ledger.client_used(session.client_id)),
                 attached_at=session.attached_at))
         return reply
+
+    # ---------------------------------------------------------------- bypass
+    def check_gpu_processes(self, processes: list[GpuProcessUse], policy: str) -> list[Bypass]:
+        """Compare NVML's process list with the attached clients and apply the
+        operator's bypass policy (none: nothing; warn: status, metric, event;
+        kill: also SIGKILL). Each (pid, problem) is announced once."""
+        attached = {session.pid: session.group for session in self.sessions.values()}
+        quotas = {name: self.ledger.group_quota(name) for name in self.ledger.groups()}
+        found = [] if policy == "none" else find_bypass(processes, attached, quotas, frozenset({os.getpid()}))
+        listed = []
+        seen = set()
+        for bypass in found:
+            key = (bypass.pid, bypass.problem)
+            seen.add(key)
+            action = "warned"
+            if key not in self._reported_bypass:
+                if policy == "kill":
+                    action = kill(bypass.pid)
+                detail = (f"pid {bypass.pid} uses {bypass.used_memory} bytes of GPU memory: {bypass.problem}"
+                          + (f" (its group {bypass.group!r} uses more than its quota of {quotas[bypass.group]} bytes)"
+                             if bypass.group else "")
+                          + f"; policy {policy}: {action}")
+                log.warning("bypass: %s", detail)
+                self.events.publish("bypass_detected", bypass.group, message=detail)
+            listed.append(admin_pb2.GpuProcess(pid=bypass.pid, used_memory=clamp_u64(bypass.used_memory),
+                                               group=bypass.group, problem=bypass.problem, action=action))
+        self._reported_bypass = seen
+        self.unmanaged_processes = listed
+        for problem in ("not attached", "over quota"):
+            self.metrics.unmanaged_processes.labels(problem).set(sum(1 for b in found if b.problem == problem))
+        return found
 
     # -------------------------------------------------------------- metrics
     def refresh_gauges(self) -> None:
@@ -514,7 +675,7 @@ class Coordinator:
         self.metrics.memory_used.labels(group).set(self.ledger.group_used(group))
 
     def _publish_clients(self, group: str) -> None:
-        self.metrics.clients.labels(group).set(sum(1 for s in self.sessions.values() if s.group == group))
+        self.metrics.clients.labels(group).set(len(self._members.get(group, ())))
 
     def shutdown(self) -> None:
         """End every Control stream and wait (daemon stopping)."""

@@ -24,6 +24,8 @@ from .client_service import ClientService
 from .admin_service import AdminService
 from .coordinator import DEFAULT_CONTROL_OPEN_TIMEOUT, Coordinator
 from .gpu_discovery import GpuInfo, discover
+from .limits import Limits
+from .process_watch import list_gpu_processes
 from .metrics import TokendMetrics
 from .rpc_guard import GRPC_MAX_RECEIVE_BYTES, RpcGuard
 from .scheduler import SchedulerConfig
@@ -52,13 +54,17 @@ class DaemonOptions:
     metrics_address: str = "127.0.0.1"  # 0.0.0.0 in a pod, for Prometheus on the pod's address
     scheduler: SchedulerConfig = SchedulerConfig()
     control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT
+    limits: Limits = Limits()
+    bypass_policy: str = "warn"   # none | warn | kill: processes on the GPU that escape gslice
+    process_watch_seconds: float = 5.0  # 0: no NVML process watch
 
 
-def _server_options() -> list[tuple[str, int]]:
+def _server_options(limits: Limits) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", GRPC_MAX_RECEIVE_BYTES),
         ("grpc.max_send_message_length", 16 * 1024 * 1024),
         ("grpc.so_reuseport", 0),
+        *limits.server_options(),
     ]
 
 
@@ -96,7 +102,8 @@ class TokenDaemon:
         store = GroupStore(options.state_dir)
         store.prepare()
         metrics = TokendMetrics(gpu.uuid)
-        coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout)
+        coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout,
+                                  options.limits)
         coordinator.load_groups()
         coordinator.client_socket = str(self.client_socket.absolute())
         for directory in {self.socket_dir, self.client_socket_dir}:
@@ -114,7 +121,7 @@ class TokenDaemon:
         return coordinator
 
     async def _build_server(self, path: Path, mode: int, service, descriptor, guard: RpcGuard):
-        server = grpc.aio.server(options=_server_options())
+        server = grpc.aio.server(options=_server_options(self.options.limits))
         server.add_generic_rpc_handlers((guard.handlers(descriptor, service),))
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -155,9 +162,14 @@ class TokenDaemon:
                 loop.add_signal_handler(signum, self.request_stop)
             log.info("tokend ready: clients on %s, admin on %s", self.client_socket, self.admin_socket)
             refresher = asyncio.create_task(self._refresh_gauges(coordinator))
+            watcher = None
+            if self.options.process_watch_seconds > 0 and self.options.fake_gpu is None:
+                watcher = asyncio.create_task(self._watch_processes(coordinator))
             await self._stop.wait()
             log.info("stopping")
             refresher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             for _server, health_servicer in servers:
                 await health_servicer.enter_graceful_shutdown()
             coordinator.shutdown()
@@ -174,6 +186,16 @@ class TokenDaemon:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             log.info("stopped")
+
+    async def _watch_processes(self, coordinator: Coordinator) -> None:
+        """NVML's process list, every process_watch_seconds, checked for bypass."""
+        while True:
+            try:
+                processes = await asyncio.to_thread(list_gpu_processes, coordinator.gpu.uuid)
+                coordinator.check_gpu_processes(processes, self.options.bypass_policy)
+            except Exception as exc:
+                log.warning("NVML process watch failed: %s", exc)
+            await asyncio.sleep(self.options.process_watch_seconds)
 
     @staticmethod
     async def _refresh_gauges(coordinator: Coordinator) -> None:

@@ -31,6 +31,9 @@ class TokendMetrics:
         self.bad_requests = Counter("gslice_bad_requests", "RPCs answered with an error status", ["method", "code"], registry=r)
         self.decisions = Counter("gslice_scheduler_decisions", "Decisions applied from the scheduler core", ["kind"], registry=r)
         self.events_dropped = Counter("gslice_watch_events_dropped", "Events dropped for slow watchers", registry=r)
+        self.unmanaged_processes = Gauge(
+            "gslice_unmanaged_processes", "Processes on the GPU that escape gslice (not attached, or over their "
+            "group's memory quota), from NVML", ["problem"], registry=r)
         self.busy_fraction = Gauge("gslice_gpu_busy_fraction", "Token held over the window", registry=r)
         self.gpu_uuid = gpu_uuid
 

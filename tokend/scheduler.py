@@ -652,11 +652,12 @@ class Scheduler:
             return
         holding.revoked = True
         self.preemptions[holder_group.name] += 1
-        waiter = next(iter(group.waiters))
+        # The reason reaches the preempted tenant: it names the group, never
+        # the waiting client's id (a bearer credential).
         out.append(Revoke(
             holding.client.client_id,
             holding.token_id,
-            f"preempted by client {waiter!r} of group {group.name!r} "
+            f"preempted by a waiting client of group {group.name!r} "
             f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})",
         ))
 

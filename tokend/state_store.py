@@ -3,16 +3,29 @@
 Writes are atomic and durable: a temp file in the same directory, fsync,
 rename over the old file, fsync of the directory; so a crash leaves either
 the old or the new table, never a torn one. File 0600, directory 0700:
-the file holds the group secrets."""
+the file holds the group secrets.
+
+The previous good table is kept as groups.json.bak (each save copies the
+current file there first). At start-up, a corrupt groups.json falls back to
+the backup (the corrupt file is kept beside as groups.json.corrupt-<time>)
+and leftover temp files of an interrupted save are removed: a daemon that
+refuses to start leaves every process on the GPU waiting."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT_VERSION = 1
+DAEMON_LOSS_WAIT = 1  # gslice.v1.DaemonLossPolicy; the default for old files
+_TEMP_PREFIX = ".groups."
+
+log = logging.getLogger("gslice.tokend")
 
 
 class StateError(Exception):
@@ -28,6 +41,7 @@ class StoredGroup:
     priority: int
     secret: str
     labels: dict[str, str] = field(default_factory=dict)  # who the group is for (e.g. a Kubernetes claim)
+    on_daemon_loss: int = DAEMON_LOSS_WAIT
 
     @classmethod
     def from_json(cls, item: dict, path: Path) -> "StoredGroup":
@@ -40,6 +54,7 @@ class StoredGroup:
                 priority=int(item["priority"]),
                 secret=str(item["secret"]),
                 labels=dict(item.get("labels") or {}),
+                on_daemon_loss=int(item.get("on_daemon_loss", DAEMON_LOSS_WAIT)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"group entry {item!r} in {path} is malformed ({exc!r})") from None
@@ -53,6 +68,7 @@ class StoredGroup:
         data = {
             "name": self.name, "request": self.request, "limit": self.limit,
             "memory_quota": self.memory_quota, "priority": self.priority, "secret": self.secret,
+            "on_daemon_loss": self.on_daemon_loss,
         }
         if self.labels:  # absent when empty: files stay as older daemons wrote them
             data["labels"] = dict(sorted(self.labels.items()))
@@ -63,6 +79,8 @@ class GroupStore:
     def __init__(self, state_dir: str | os.PathLike):
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / "groups.json"
+        self.backup_path = self.state_dir / "groups.json.bak"
+        self._loaded_quotas: dict[str, int] = {}
 
     def prepare(self) -> None:
         """Create the state directory (0700) if missing; tighten it if it exists."""
@@ -71,55 +89,101 @@ class GroupStore:
             os.chmod(self.state_dir, 0o700)
         except OSError as exc:
             raise StateError(f"cannot use state directory {self.state_dir}: {exc.strerror}") from None
+        for leftover in self.state_dir.glob(f"{_TEMP_PREFIX}*.tmp"):  # from a save a crash interrupted
+            try:
+                leftover.unlink()
+                log.info("removed %s, left by an interrupted save", leftover)
+            except OSError as exc:
+                log.warning("cannot remove leftover %s: %s", leftover, exc.strerror)
+
+    def load_or_recover(self) -> tuple[list[StoredGroup], str]:
+        """The stored groups and a note for the operator ("" when all is well).
+        A corrupt table is moved aside and the backup loaded instead; with no
+        usable backup either, tokend starts with no groups (and says so)."""
+        try:
+            groups = self.load()
+            self._loaded_quotas = {g.name: g.memory_quota for g in groups}
+            return groups, ""
+        except StateError as exc:
+            problem = str(exc)
+        kept = self.path.with_name(f"groups.json.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            os.replace(self.path, kept)
+        except OSError as exc:
+            raise StateError(f"{problem}; and it cannot be moved aside: {exc.strerror}") from None
+        try:
+            groups = self._load_file(self.backup_path) if self.backup_path.exists() else None
+        except StateError as exc:
+            groups, problem = None, f"{problem}; the backup is unusable too: {exc}"
+        if groups is None:
+            self._loaded_quotas = {}
+            return [], f"{problem}; moved to {kept}; started with no groups"
+        shutil.copyfile(self.backup_path, self.path)
+        os.chmod(self.path, 0o600)
+        self._loaded_quotas = {g.name: g.memory_quota for g in groups}
+        return groups, f"{problem}; moved to {kept}; restored the last good table from {self.backup_path}"
+
+    def stored_quota(self, name: str, default: int) -> int:
+        """The quota the file held at start-up (kept for a flagged group)."""
+        return self._loaded_quotas.get(name, default)
 
     def load(self) -> list[StoredGroup]:
         """The stored groups; [] when there is no file yet."""
+        return self._load_file(self.path)
+
+    def _load_file(self, path: Path) -> list[StoredGroup]:
         try:
-            text = self.path.read_text()
+            text = path.read_text()
         except FileNotFoundError:
             return []
-        except OSError as exc:
-            raise StateError(f"cannot read {self.path}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StateError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise StateError(
-                f"{self.path} is corrupt (not JSON: {exc}); fix or move it away to start with no groups"
+                f"{path} is corrupt (not JSON: {exc}); fix or move it away to start with no groups"
             ) from None
         if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or not isinstance(data.get("groups"), list):
             raise StateError(
-                f"{self.path} is not a gslice group table version {FORMAT_VERSION} "
+                f"{path} is not a gslice group table version {FORMAT_VERSION} "
                 "(expected {\"version\": 1, \"groups\": [...]}); fix or move it away"
             )
         groups = []
         for item in data["groups"]:
             if not isinstance(item, dict):
-                raise StateError(f"group entry {item!r} in {self.path} is not an object")
-            groups.append(StoredGroup.from_json(item, self.path))
+                raise StateError(f"group entry {item!r} in {path} is not an object")
+            groups.append(StoredGroup.from_json(item, path))
         names = [g.name for g in groups]
         if len(set(names)) != len(names):
-            raise StateError(f"{self.path} names a group twice: {sorted(names)}")
+            raise StateError(f"{path} names a group twice: {sorted(names)}")
         return groups
 
     def save(self, groups: list[StoredGroup]) -> None:
         data = {"version": FORMAT_VERSION, "groups": [g.to_json() for g in sorted(groups, key=lambda g: g.name)]}
-        payload = (json.dumps(data, indent=2) + "\n").encode()
-        fd, tmp_name = tempfile.mkstemp(prefix=".groups.", suffix=".tmp", dir=self.state_dir)
+        if self.path.exists():
+            # The current table is good (loaded or written by us): keep it as the backup.
+            self._write_atomically(self.backup_path, self.path.read_bytes())
+        self._write_atomically(self.path, (json.dumps(data, indent=2) + "\n").encode())
+        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _write_atomically(self, target: Path, payload: bytes) -> None:
+        """A temp file (0600) in the same directory, fsync, rename over target."""
+        fd, tmp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=self.state_dir)
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as tmp:
                 tmp.write(payload)
                 tmp.flush()
                 os.fsync(tmp.fileno())
-            os.replace(tmp_name, self.path)
+            os.replace(tmp_name, target)
         except BaseException:
             try:
                 os.unlink(tmp_name)
             except FileNotFoundError:
                 pass
             raise
-        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import paths
+from .cli_tables import terminal_safe
 from .errors import GsliceError
 
 USAGE_EXIT = 2
@@ -49,12 +50,13 @@ def cmd_group_create(args) -> int:
 def cmd_group_set(args) -> int:
     with _admin(args) as admin:
         group = admin.update_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
-                                   priority=args.priority, rotate_secret=args.rotate_secret)
+                                   priority=args.priority, rotate_secret=args.rotate_secret,
+                                   on_daemon_loss=args.on_daemon_loss)
     from .cli_tables import groups_table
     print(groups_table([group]))
     if args.rotate_secret:
-        print(f"secret rotated: new processes need it (gslice group show {shlex.quote(args.name)} --secret); "
-              "attached processes keep running")
+        print(f"secret rotated: processes attached with the old secret were detached; new processes need the new "
+              f"one (gslice group show {shlex.quote(args.name)} --secret)")
     return 0
 
 
@@ -106,6 +108,13 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_client_rm(args) -> int:
+    with _admin(args) as admin:
+        admin.remove_client(args.client, args.reason)
+    print(f"client {args.client} removed (its token and memory are freed)")
+    return 0
+
+
 def cmd_top(args) -> int:
     from .cli_tables import status_text
     clear = sys.stdout.isatty()
@@ -139,7 +148,7 @@ def cmd_watch(args) -> int:
                     when = time.strftime("%H:%M:%S", time.localtime(event.time))
                     who = " ".join(x for x in (event.group and f"group={event.group}",
                                                event.client_id and f"client={event.client_id[:12]}") if x)
-                    print(f"{when} {event.kind:<16} {who} {event.message}".rstrip(), flush=True)
+                    print(terminal_safe(f"{when} {event.kind:<16} {who} {event.message}".rstrip()), flush=True)
                 shown += 1
                 if args.count is not None and shown >= args.count:
                     break
@@ -185,16 +194,23 @@ def cmd_run(args) -> int:
     library = shim_library_path()
     if not library.exists():
         raise GsliceError(f"libgslice.so is not built (expected at {library}): run `python tools/build_native.py hook`")
-    secret = args.secret or os.environ.get(paths.ENV_GROUP_SECRET)
-    if not secret:
-        with _admin(args) as admin:
-            secret = admin.group_secret(args.group)
+    if args.secret is not None:
+        raise GsliceError(f"--secret is refused: a secret on a command line is visible to every user in `ps`; "
+                          f"use --secret-file PATH, ${paths.ENV_GROUP_SECRET_FILE} or ${paths.ENV_GROUP_SECRET}")
     env = dict(os.environ)
+    if args.secret_file:
+        if not os.access(args.secret_file, os.R_OK):
+            raise GsliceError(f"--secret-file {args.secret_file}: not a readable file")
+        env.pop(paths.ENV_GROUP_SECRET, None)
+        env[paths.ENV_GROUP_SECRET_FILE] = os.path.abspath(args.secret_file)
+    elif not env.get(paths.ENV_GROUP_SECRET) and not env.get(paths.ENV_GROUP_SECRET_FILE):
+        # The environment of a process is readable by its own user only (unlike its command line).
+        with _admin(args) as admin:
+            env[paths.ENV_GROUP_SECRET] = admin.group_secret(args.group)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{library}:{preload}" if preload else str(library)
     env[paths.ENV_SOCKET] = str(paths.client_socket(args.socket, args.admin_socket))
     env[paths.ENV_GROUP] = args.group
-    env[paths.ENV_GROUP_SECRET] = secret
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
@@ -236,7 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--limit")
     update.add_argument("--memory")
     update.add_argument("--priority", choices=["low", "normal", "high"])
-    update.add_argument("--rotate-secret", action="store_true", help="issue a new secret for new processes")
+    update.add_argument("--rotate-secret", action="store_true",
+                        help="issue a new secret and detach every process attached with the old one")
+    update.add_argument("--on-daemon-loss", choices=["wait", "open"], default=None,
+                        help="what the group's processes do while tokend is unreachable (default wait)")
     update.set_defaults(func=cmd_group_set)
     remove = group_sub.add_parser("rm", help="delete a group (refused while processes are attached)")
     remove.add_argument("name")
@@ -253,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the GPU's groups, shares, memory and clients")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
+    client = sub.add_parser("client", help="act on one attached client")
+    client_sub = client.add_subparsers(dest="client_command", required=True, metavar="ACTION")
+    client_rm = client_sub.add_parser("rm", help="detach a client now (named as `gslice status` shows it)")
+    client_rm.add_argument("client", help="the client as status shows it, e.g. c17")
+    client_rm.add_argument("--reason", default="", help="shown in the client_detached event")
+    client_rm.set_defaults(func=cmd_client_rm)
+
     top = sub.add_parser("top", help="live status, refreshed every second until Ctrl-C")
     top.add_argument("--iterations", type=int, default=None, help="stop after N refreshes")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
@@ -280,8 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--group", required=True)
     run.add_argument("--socket", default=None, help=f"tokend's client socket (default ${paths.ENV_SOCKET}, else "
                                                      "client.sock beside the admin socket)")
-    run.add_argument("--secret", default=None, help=f"group secret (default ${paths.ENV_GROUP_SECRET}, "
-                                                     "else read through the admin socket)")
+    run.add_argument("--secret-file", default=None,
+                     help=f"file holding the group secret (default ${paths.ENV_GROUP_SECRET_FILE} or "
+                          f"${paths.ENV_GROUP_SECRET}, else read through the admin socket)")
+    run.add_argument("--secret", default=None, help=argparse.SUPPRESS)  # refused with a hint: visible in ps
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     run.set_defaults(func=cmd_run)
 

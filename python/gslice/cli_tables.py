@@ -2,12 +2,22 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 
 from .client import Group, Status
 from .units import format_bytes, format_share
 
 
+def terminal_safe(text: str) -> str:
+    """`text` with every control or format character (ESC and other terminal
+    escapes, CR, BS, bidi overrides) shown as \\xNN / \\uNNNN: values that
+    came from tenants (process names) cannot drive the operator's terminal."""
+    return "".join(ch if ch.isprintable() and unicodedata.category(ch) != "Cf" else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}") for ch in text)
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
+    rows = [[terminal_safe(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
              for row in [header, *rows]]
@@ -48,6 +58,8 @@ def status_text(status: Status) -> str:
                      f"{len(status.waiting_client_ids)} waiting")
     else:
         lines.append(f"token free; {len(status.waiting_client_ids)} waiting")
+    if status.state_note:
+        lines.append(f"state: {status.state_note}")
     lines.append("")
     if status.groups:
         lines.append(table(
@@ -72,4 +84,11 @@ def status_text(status: Status) -> str:
             [[c.client_id[:12], c.group, str(c.pid), c.process_name or "?",
               "holding" if c.holding else "waiting" if c.waiting else "idle", format_bytes(c.memory_used),
               time.strftime("%H:%M:%S", time.localtime(c.attached_at))] for c in status.clients]))
-    return "\n".join(lines)
+    # Tables are safe cell by cell; the free-text lines (notes, names) here.
+    if status.unmanaged_processes:
+        lines.append("")
+        lines.append("processes escaping gslice (from NVML):")
+        lines.append(table(["PID", "GROUP", "MEMORY", "PROBLEM", "ACTION"],
+                           [[str(p.pid), p.group or "-", format_bytes(p.used_memory), p.problem, p.action]
+                            for p in status.unmanaged_processes]))
+    return "\n".join(terminal_safe(part) for line in lines for part in line.split("\n"))

@@ -25,7 +25,7 @@ from . import paths
 from .errors import (AlreadyExists, Conflict, DaemonError, DaemonUnavailable, GsliceError, InvalidValue, NotFound,
                      PermissionDenied)
 from .units import parse_bytes, parse_share
-from .v1 import admin_pb2, admin_pb2_grpc
+from .v1 import admin_pb2, admin_pb2_grpc, common_pb2
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -86,6 +86,7 @@ class GroupStatus:
     note: str
     tokens_granted: int
     preemptions: int
+    flagged: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,16 @@ class ClientStatus:
     waiting: bool
     memory_used: int
     attached_at: float
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process on the GPU that escapes gslice (tokend's NVML process watch)."""
+    pid: int
+    used_memory: int
+    group: str
+    problem: str
+    action: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,8 @@ class Status:
     decisions: int
     gpu_index: int = 0
     client_socket: str = ""  # as the daemon sees it
+    unmanaged_processes: list[GpuProcess] = field(default_factory=list)
+    state_note: str = ""
 
     @classmethod
     def from_proto(cls, reply: admin_pb2.GpuStatus) -> "Status":
@@ -126,11 +139,14 @@ class Status:
             holder_group=reply.holder_group, token_id=reply.token_id,
             waiting_client_ids=list(reply.waiting_client_ids),
             groups=[GroupStatus(Group.from_proto(g.group), g.share, g.memory_used, g.over_quota, g.clients,
-                                g.waiting, g.note, g.tokens_granted, g.preemptions) for g in reply.groups],
+                                g.waiting, g.note, g.tokens_granted, g.preemptions, g.flagged) for g in reply.groups],
             clients=[ClientStatus(c.client_id, c.group, c.pid, c.process_name, c.holding, c.waiting, c.memory_used,
                                   c.attached_at) for c in reply.clients],
             busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions,
-            gpu_index=reply.gpu_index, client_socket=reply.client_socket)
+            gpu_index=reply.gpu_index, client_socket=reply.client_socket,
+            unmanaged_processes=[GpuProcess(p.pid, p.used_memory, p.group, p.problem, p.action)
+                                 for p in reply.unmanaged_processes],
+            state_note=reply.state_note)
 
     def group(self, name: str) -> GroupStatus:
         for status in self.groups:
@@ -286,7 +302,7 @@ class Client:
         return CreatedGroup(Group.from_proto(reply.group), reply.secret)
 
     def update_group(self, name: str, request=None, limit=None, memory=None, priority=None,
-                     rotate_secret: bool = False) -> Group:
+                     rotate_secret: bool = False, on_daemon_loss: str | None = None) -> Group:
         """Change the given fields only; returns the group as it is now."""
         check_group_name(name)
         update = admin_pb2.UpdateGroupRequest(name=name, rotate_secret=bool(rotate_secret))
@@ -298,6 +314,10 @@ class Client:
             update.memory_quota = parse_bytes(memory)
         if priority is not None:
             update.priority = int(Priority.parse(priority))
+        if on_daemon_loss is not None:
+            if on_daemon_loss not in ("wait", "open"):
+                raise InvalidValue(f"on_daemon_loss {on_daemon_loss!r} is not 'wait' or 'open'")
+            update.on_daemon_loss = common_pb2.DAEMON_LOSS_OPEN if on_daemon_loss == "open" else common_pb2.DAEMON_LOSS_WAIT
         if request is not None and limit is not None and update.limit < update.request:
             raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
         return Group.from_proto(self._call("UpdateGroup", update))
@@ -316,6 +336,10 @@ class Client:
 
     def group_secret(self, name: str) -> str:
         return self._call("GetGroupSecret", admin_pb2.GetGroupSecretRequest(name=check_group_name(name))).secret
+
+    def remove_client(self, public_id: str, reason: str = "") -> None:
+        """Detach one attached client now (named as status shows it)."""
+        self._call("RemoveClient", admin_pb2.RemoveClientRequest(public_id=public_id, reason=reason))
 
     # -- observing
     def status(self) -> Status:

@@ -147,8 +147,7 @@ class SharingExperiment:
         """Environment of a process that runs in `group` under the shim."""
         env = dict(os.environ)
         env.update(self.sim_env)
-        preload = env.get("LD_PRELOAD", "")
-        env["LD_PRELOAD"] = f"{shim_library()}:{preload}" if preload else str(shim_library())
+        env["LD_PRELOAD"] = paths.preload_with(shim_library(), env.get("LD_PRELOAD", ""), env)
         env["GSLICE_SOCKET"] = str(self.tokend.client_socket)
         env["GSLICE_GROUP"] = group
         env["GSLICE_GROUP_SECRET"] = self.groups[group].secret

@@ -17,7 +17,9 @@ GROUPS_FILE_NAME = "groups.json"
 ENV_SOCKET = "GSLICE_SOCKET"
 ENV_GROUP = "GSLICE_GROUP"
 ENV_GROUP_SECRET = "GSLICE_GROUP_SECRET"
-ENV_GROUP_SECRET_FILE = "GSLICE_GROUP_SECRET_FILE"  # the secret in a (mounted, read-only) file
+# A file holding the secret (trailing newline stripped), read by the shim:
+# keeps the secret out of command lines and environment listings.
+ENV_GROUP_SECRET_FILE = "GSLICE_GROUP_SECRET_FILE"
 ENV_LOG_LEVEL = "GSLICE_LOG_LEVEL"
 # Read by the operator API and the CLI.
 ENV_ADMIN_SOCKET = "GSLICE_ADMIN_SOCKET"
@@ -61,3 +63,15 @@ def shim_library() -> Path:
 def grpc_target(socket_path: str | os.PathLike) -> str:
     """gRPC target string for a unix socket path (absolute form)."""
     return f"unix://{Path(socket_path).absolute()}"
+
+
+def preload_with(library, existing: str = "", environ=None) -> str:
+    """An LD_PRELOAD value with `library` before `existing`; in a sanitizer
+    build's test run (GSLICE_SANITIZER_RUNTIME, scripts/test-sanitized) the
+    sanitizer runtime comes first, as it must."""
+    environ = os.environ if environ is None else environ
+    parts = [str(library)] + [p for p in existing.split(":") if p]
+    runtime = environ.get("GSLICE_SANITIZER_RUNTIME")
+    if runtime:
+        parts = [runtime] + [p for p in parts if p != runtime]
+    return ":".join(parts)

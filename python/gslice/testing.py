@@ -234,7 +234,7 @@ class TokendProcess:
             library = paths.shim_library()
             if not library.exists():
                 raise RuntimeError(f"libgslice.so is not built at {library} (python tools/build_native.py hook)")
-            env["LD_PRELOAD"] = f"{library}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(library)
+            env["LD_PRELOAD"] = paths.preload_with(library, env.get("LD_PRELOAD", ""), env)
         return env
 
     def metrics_text(self) -> str:
@@ -265,7 +265,8 @@ class ShimLikeClient:
         self.process_name = process_name
         self.channel = grpc.insecure_channel(paths.grpc_target(self.socket_path))
         self.stub = client_pb2_grpc.ClientServiceStub(self.channel)
-        self.client_id: str | None = None
+        self.client_id: str | None = None   # the credential
+        self.public_id: str | None = None   # how status and events name this client
         self.attach_reply: client_pb2.AttachReply | None = None
         self.control_events: queue.Queue = queue.Queue()
         self._control_call = None
@@ -276,6 +277,7 @@ class ShimLikeClient:
             group=self.group, secret=self.secret, pid=os.getpid(), gpu_uuid=self.gpu_uuid,
             process_name=self.process_name, reserved_bytes=self.reserved_bytes, protocol_version=1), timeout=10)
         self.client_id = self.attach_reply.client_id
+        self.public_id = self.attach_reply.public_id
         if self.open_control:
             self._control_call = self.stub.Control(client_pb2.ControlRequest(client_id=self.client_id))
             self._control_thread = threading.Thread(target=self._read_control, daemon=True)
@@ -354,7 +356,7 @@ def _hold(args) -> int:
             print(json.dumps({"error": "reservation refused", "used": reply.used, "quota": reply.quota}), flush=True)
             return 1
     token = client.acquire()
-    print(json.dumps({"holding": token, "client_id": client.client_id, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"holding": token, "public_id": client.public_id, "pid": os.getpid()}), flush=True)
     while True:
         time.sleep(3600)
 

@@ -53,9 +53,9 @@ def test_status_json_table_and_top(tokend):
     status = json.loads(gslice_cli(tokend, "status", "--json").stdout)
     assert status["gpu_uuid"] == tokend.gpu_uuid
     assert status["groups"][0]["group"]["name"] == "s" and status["groups"][0]["memory_used"] == 1024**2
-    assert status["clients"][0]["client_id"] == proc.client_id
+    assert status["clients"][0]["client_id"] == proc.public_id
     table = gslice_cli(tokend, "status").stdout
-    assert "GROUP" in table and "1MiB/1GiB" in table and proc.client_id[:12] in table
+    assert "GROUP" in table and "1MiB/1GiB" in table and proc.public_id in table
     top = gslice_cli(tokend, "top", "--iterations", "2", "--interval", "0.1").stdout
     assert top.count("gslice top") == 2 and "1MiB/1GiB" in top
 

@@ -46,7 +46,7 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, 
                   + (tmp_path / "client0.err").read_text(errors="replace")[-3000:])
     held = json.loads(line)
     status = admin.status()
-    assert status.holder_client_id == held["client_id"]
+    assert status.holder_client_id == held["public_id"]
     assert status.group("victim").memory_used == 512 * MiB
 
     waiter = tokend.shim_client("waiter", waiter_group.secret)
@@ -59,7 +59,7 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, 
     thread = threading.Thread(target=wait_for_token)
     thread.start()
     deadline = time.monotonic() + 10
-    while waiter.client_id not in admin.status().waiting_client_ids:  # queued behind the holder
+    while waiter.public_id not in admin.status().waiting_client_ids:  # queued behind the holder
         assert time.monotonic() < deadline
         time.sleep(0.02)
 
@@ -80,8 +80,8 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, 
     assert memory_delay is not None and memory_delay < 1.0
     assert token_delay < 1.0
     status = admin.status()
-    assert status.holder_client_id == waiter.client_id
-    assert [c.client_id for c in status.clients] == [waiter.client_id]
+    assert status.holder_client_id == waiter.public_id
+    assert [c.client_id for c in status.clients] == [waiter.public_id]
 
 
 def test_higher_priority_waiter_revokes_the_holder(tokend_factory):
@@ -144,7 +144,7 @@ def test_detach_during_wait_and_clean_detach_free_everything(tokend_factory):
     thread = threading.Thread(target=wait)
     thread.start()
     deadline = time.monotonic() + 10
-    while waiter.client_id not in admin.status().waiting_client_ids:
+    while waiter.public_id not in admin.status().waiting_client_ids:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     waiter.detach()

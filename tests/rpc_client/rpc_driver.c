@@ -18,6 +18,9 @@
  *                                   parent: "fork exit STATUS"
  *   sleep-ms MS                  -> slept
  *   stop                         -> stopped
+ *   stop-during-call WAIT_MS     -> a thread blocks in AcquireToken (waiting at most WAIT_MS),
+ *                                   gs_rpc_stop runs meanwhile (process exit), then that thread
+ *                                   and a late call finish: "stop-during-call RC_INSIDE RC_AFTER"
  * ERR is gs_rpc_last_error() in single quotes. */
 #include <inttypes.h>
 #include <pthread.h>
@@ -136,6 +139,31 @@ static void hammer(int threads, int calls)
     say("hammer %d %d %d", ok, bad, failed);
 }
 
+static void *acquire_thread(void *arg)
+{
+    int wait_ms = *(int *)arg;
+    uint64_t token = 0;
+    uint32_t quantum = 0;
+    *(int *)arg = gs_rpc_acquire(rpc, 60000, wait_ms, &token, &quantum);
+    return NULL;
+}
+
+/* What exit does: the destructor stops the client while an application
+ * thread is still inside a call (and may make another one after). */
+static void stop_during_call(int wait_ms)
+{
+    int rc_inside = wait_ms;
+    pthread_t tid;
+    pthread_create(&tid, NULL, acquire_thread, &rc_inside);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL); /* the call is in flight at the daemon */
+    gs_rpc_stop(rpc);
+    pthread_join(tid, NULL);
+    uint64_t quota = 0, used = 0, total = 0;
+    int rc_after = gs_rpc_memory_info(rpc, 2000, &quota, &used, &total, NULL, 0, NULL);
+    say("stop-during-call %d %d", rc_inside, rc_after);
+}
+
 static void run_child(void)
 {
     gs_rpc_after_fork_child(rpc);
@@ -148,7 +176,7 @@ static void run_child(void)
     uint64_t quota = 0, used = 0, total = 0;
     int rc = gs_rpc_memory_info(rpc, 10000, &quota, &used, &total, NULL, 0, NULL);
     say("child memory-info %d", rc);
-    gs_rpc_stop(rpc);
+    gs_rpc_free(rpc);
     _exit(rc == GS_RPC_OK ? 0 : 4);
 }
 
@@ -239,8 +267,11 @@ int main(int argc, char **argv)
             struct timespec ts = {(time_t)(a / 1000), (long)(a % 1000) * 1000000L};
             nanosleep(&ts, NULL);
             say("slept");
+        } else if (!strcmp(cmd, "stop-during-call")) {
+            stop_during_call((int)a);
+            return 0;
         } else if (!strcmp(cmd, "stop")) {
-            gs_rpc_stop(rpc);
+            gs_rpc_free(rpc);
             rpc = NULL;
             say("stopped");
             return 0;
@@ -248,6 +279,6 @@ int main(int argc, char **argv)
             say("unknown-command '%s'", cmd);
         }
     }
-    gs_rpc_stop(rpc);
+    gs_rpc_free(rpc);
     return 0;
 }

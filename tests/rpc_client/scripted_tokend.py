@@ -34,6 +34,8 @@ class Behaviour:
     reserve: str = "echo"                       # echo (used=bytes, quota=2*bytes) | garbage | huge | slow
     slow_reply_s: float = 0.0
     send_ready: bool = True
+    # method name -> raw reply bytes sent instead of the proper reply (fuzzing the decoder)
+    raw_replies: dict = field(default_factory=dict)
     quota: int = 8 << 30
     physical: int = 16 << 30
 
@@ -90,6 +92,8 @@ class ScriptedClientService:
 
     async def AcquireToken(self, request, context):
         await self._known(request.client_id, context)
+        if "AcquireToken" in self.behaviour.raw_replies:
+            return self.behaviour.raw_replies["AcquireToken"]
         self.record.acquires.append((request.client_id, request.timeout_ms))
         mode = self.behaviour.acquire
         if mode == "hold":
@@ -107,6 +111,8 @@ class ScriptedClientService:
 
     async def ReleaseToken(self, request, context):
         await self._known(request.client_id, context)
+        if "ReleaseToken" in self.behaviour.raw_replies:
+            return self.behaviour.raw_replies["ReleaseToken"]
         self.record.releases.append(request)
         if request.token_id == 0:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
@@ -115,6 +121,8 @@ class ScriptedClientService:
 
     async def ReserveMemory(self, request, context):
         await self._known(request.client_id, context)
+        if "ReserveMemory" in self.behaviour.raw_replies:
+            return self.behaviour.raw_replies["ReserveMemory"]
         self.record.reserves.append((request.client_id, request.bytes))
         mode = self.behaviour.reserve
         if mode == "garbage":
@@ -131,11 +139,15 @@ class ScriptedClientService:
 
     async def ReleaseMemory(self, request, context):
         await self._known(request.client_id, context)
+        if "ReleaseMemory" in self.behaviour.raw_replies:
+            return self.behaviour.raw_replies["ReleaseMemory"]
         self.record.memory_releases.append((request.client_id, request.bytes))
         return client_pb2.ReleaseMemoryReply(used=0, quota=self.behaviour.quota)
 
     async def GetMemoryInfo(self, request, context):
         await self._known(request.client_id, context)
+        if "GetMemoryInfo" in self.behaviour.raw_replies:
+            return self.behaviour.raw_replies["GetMemoryInfo"]
         return client_pb2.GetMemoryInfoReply(quota=self.behaviour.quota, used=12345,
                                              physical_total=self.behaviour.physical)
 

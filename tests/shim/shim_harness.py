@@ -71,7 +71,8 @@ class ProbeRunner:
             if key.startswith("GSLICE_"):
                 del self.base_env[key]
         self.base_env.update({
-            "LD_PRELOAD": str(shim),
+            # A sanitizer build's runtime must come first (scripts/test-sanitized).
+            "LD_PRELOAD": ":".join(filter(None, [os.environ.get("GSLICE_SANITIZER_RUNTIME"), str(shim)])),
             "LD_LIBRARY_PATH": str(sim_lib_dir),
             "GSLICE_SIM_NAME": sim_name,
             # Byte-exact quota tests: no per-context reserve and no simulated

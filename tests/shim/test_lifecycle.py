@@ -96,14 +96,6 @@ def test_unreachable_daemon_with_wait_blocks_launches_until_it_appears(runner, t
     assert "is back" in p.stderr.read()
 
 
-def test_unreachable_daemon_with_open_runs_unmetered(runner, tmp_path):
-    env = {"GSLICE_SOCKET": str(tmp_path / "none.sock"), "GSLICE_GROUP": "g", "GSLICE_ON_DAEMON_LOSS": "open"}
-    rc, out, err = runner.run("launch", "driver", 50, 10000, timeout=60, **env)
-    assert rc == 0, err
-    assert out["launched"] == "50"
-    assert "UNMETERED" in err
-
-
 def test_unreachable_daemon_fails_allocations_after_the_wait(runner, tmp_path):
     env = {"GSLICE_SOCKET": str(tmp_path / "none.sock"), "GSLICE_GROUP": "g", "GSLICE_DAEMON_WAIT_MS": "500"}
     t0 = time.monotonic()

@@ -23,16 +23,20 @@ def test_wrong_secret_file_wins_over_the_variable_and_is_refused(runner, tokend,
     created = admin.create_group("g", request=0.5, memory="1GiB")
     secret_file = tmp_path / "group-secret"
     secret_file.write_text("not-the-secret\n")
-    env = group_env(tokend, "g", created.secret, GSLICE_GROUP_SECRET_FILE=secret_file,
-                    GSLICE_ON_DAEMON_LOSS="open", GSLICE_DAEMON_WAIT_MS=0)
-    rc, out, err = runner.run("launch", "driver", 5, 1000, timeout=60, **env)
+    # An allocation, not a launch: a process whose attach is refused never hears
+    # the operator's daemon-loss policy, so its launches wait; its allocations
+    # give up after GSLICE_DAEMON_WAIT_MS.
+    env = group_env(tokend, "g", created.secret, GSLICE_GROUP_SECRET_FILE=secret_file, GSLICE_DAEMON_WAIT_MS=0)
+    rc, out, err = runner.run("alloc", "driver", 1 << 20, 1, timeout=60, **env)
+    assert rc == 0 and out["allocated"] == "0" and out["last_result"] == "2", (out, err)  # 2: OUT_OF_MEMORY
     assert "wrong secret" in err, err
     assert admin.status().group("g").tokens_granted == 0
+    assert admin.status().group("g").memory_used == 0
 
 
 def test_missing_secret_file_is_named_in_the_warning(runner, tokend, tmp_path):
     created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
     env = group_env(tokend, "g", created.secret, GSLICE_GROUP_SECRET_FILE=tmp_path / "absent",
-                    GSLICE_ON_DAEMON_LOSS="open", GSLICE_DAEMON_WAIT_MS=0)
-    rc, out, err = runner.run("launch", "driver", 5, 1000, timeout=60, **env)
+                    GSLICE_DAEMON_WAIT_MS=0)
+    rc, out, err = runner.run("alloc", "driver", 1 << 20, 1, timeout=60, **env)
     assert f"GSLICE_GROUP_SECRET_FILE={tmp_path / 'absent'} cannot be opened" in err, err
