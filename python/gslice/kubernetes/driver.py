@@ -91,6 +91,7 @@ class Driver:
             plans = self._plan(claim, uid)
             if not plans:
                 return []
+            self._check_shim_installed()
             spec_file = cdi.spec_path(self.config.cdi_dir, self.config.driver_name, uid)
             entry = ClaimEntry(uid=uid, namespace=namespace, name=name, state=PREPARING, spec_file=str(spec_file),
                                claim_dir=str(self.config.claims_dir / uid),
@@ -146,6 +147,19 @@ class Driver:
                 return plan_claim(claim, uid, self.config.driver_name, self.config.node_name, self._gpus)
         except PlanError as exc:
             raise PrepareError(str(exc)) from None
+
+    def _check_shim_installed(self) -> None:
+        """The CDI spec mounts the shim's host folder: refuse here, with what
+        to do, rather than let the runtime fail on a missing mount source."""
+        shim = self.config.shim_lib_dir() / cdi.SHIM_NAME
+        if shim.is_file():
+            return
+        root = self.config.shim_root
+        installed = sorted(p.parent.parent.name for p in root.glob(f"*/lib/{cdi.SHIM_NAME}")) if root.is_dir() else []
+        raise PrepareError(
+            f"the gslice shim is not installed on this node: {shim} does not exist (installed: "
+            f"{', '.join(installed) or 'none'} under {root}). The DaemonSet's init step `gslice-dra install-shim "
+            f"--shim-root {root}` puts it there; the plugin's --shim-root and --shim-version must name that folder")
 
     def _converge_group(self, plan: ClaimPlan) -> str:
         """Creates the group, or brings this claim's existing one to the plan; its secret."""
