@@ -27,7 +27,7 @@ def _config(args) -> "defaults.PluginConfig":
 
 
 def cmd_run(args) -> int:
-    from .cluster_api import KubernetesApi
+    from .cluster_api import ApiConfigError, KubernetesApi
     from .driver import Driver
     from .plugin import KubeletPlugin
 
@@ -35,7 +35,16 @@ def cmd_run(args) -> int:
         print("gslice-dra: --node-name (or $NODE_NAME) is required", file=sys.stderr)
         return 2
     config = _config(args)
-    plugin = KubeletPlugin(config, Driver(config, KubernetesApi()))
+    try:
+        api = KubernetesApi()
+    except ImportError as exc:
+        print(f"gslice-dra: the kubelet plugin needs the Python package `kubernetes` ({exc}): "
+              "pip install 'gslice[kubernetes]'", file=sys.stderr)
+        return 1
+    except ApiConfigError as exc:
+        print(f"gslice-dra: {exc}", file=sys.stderr)
+        return 1
+    plugin = KubeletPlugin(config, Driver(config, api))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
