@@ -50,9 +50,9 @@ class KubernetesApi:
                 except (config.ConfigException, OSError) as kubeconfig:
                     where = os.environ.get("KUBECONFIG") or "~/.kube/config"
                     raise ApiConfigError(
-                        f"no Kubernetes API configuration: not in a pod ({in_cluster}; the in-pod configuration "
+                        f"no Kubernetes API configuration: not in a pod ({str(in_cluster).rstrip('.')}; the in-pod configuration "
                         f"needs KUBERNETES_SERVICE_HOST and the service account token), and no usable kubeconfig "
-                        f"at {where} ({kubeconfig})") from None
+                        f"at {where} ({str(kubeconfig).rstrip('.')})") from None
             api_client = client.ApiClient()
         self._client = api_client
         self._resource = client.ResourceV1Api(api_client)
