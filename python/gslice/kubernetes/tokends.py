@@ -59,7 +59,12 @@ def discover(pattern: str) -> list[GpuTokend]:
     """Every answering tokend matched by the glob, by GPU index. Unusable ones
     are logged and left out (their GPU is not offered)."""
     found: dict[int, GpuTokend] = {}
-    for socket_path in sorted(glob.glob(pattern)):
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        log.warning("no tokend admin socket matches %s: no GPU offered. Expected one tokend per GPU with "
+                    "--socket-dir DIR so that DIR/admin.sock matches (e.g. /run/gslice/gpu0); "
+                    "is tokend running, and does --tokend-admin-sockets name its folder?", pattern)
+    for socket_path in matches:
         try:
             tokend = read_tokend(Path(socket_path))
         except (GsliceError, ValueError) as exc:
