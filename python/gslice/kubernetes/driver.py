@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gslice.errors import AlreadyExists, GsliceError, NotFound
+from gslice.errors import AlreadyExists, DaemonUnavailable, GsliceError, NotFound
 
 from . import cdi, resource_slices, tokends
 from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry, DeviceEntry
@@ -39,6 +39,10 @@ class UnprepareError(Exception):
     pass
 
 
+class TokendUnreachable(UnprepareError):
+    """A tokend to delete groups on did not answer (the clean-up retries)."""
+
+
 @dataclass(frozen=True)
 class PreparedDevice:
     request_names: list[str]
@@ -51,6 +55,13 @@ class PreparedDevice:
 def _devices_of(entry: ClaimEntry) -> list[PreparedDevice]:
     return [PreparedDevice(list(d.request_names), d.pool, d.device, list(d.cdi_device_ids), d.share_id)
             for d in entry.devices]
+
+
+def _unreachable(gpu_uuid: str, exc: DaemonUnavailable) -> str:
+    """For pod events: the operator CLI's hints of DaemonUnavailable do not apply here."""
+    detail = f" ({exc.detail})" if exc.detail else ""
+    gpu = f" of GPU {gpu_uuid}" if gpu_uuid else ""
+    return f"tokend{gpu} is not reachable on {exc.socket_path}{detail}: is its container running?"
 
 
 class Driver:
@@ -129,6 +140,8 @@ class Driver:
                     # by this call or by an attempt that crashed.
                     try:
                         self._undo(entry)
+                    except TokendUnreachable:
+                        message += "; what it made is removed by the clean-up once tokend answers"
                     except UnprepareError as undo_exc:
                         message += f"; undoing it failed too, the clean-up retries: {undo_exc}"
                 raise PrepareError(message) from None
@@ -184,6 +197,9 @@ class Driver:
                 return admin.group_secret(plan.group)
         except PrepareError:
             raise
+        except DaemonUnavailable as exc:
+            raise PrepareError(f"group {plan.group} for claim {plan.claim_ref} cannot be made now: "
+                               f"{_unreachable(plan.gpu.uuid, exc)} kubelet retries the prepare") from None
         except GsliceError as exc:
             raise PrepareError(f"tokend of GPU {plan.gpu.uuid} refused group {plan.group} for claim "
                                f"{plan.claim_ref} ({settings}): {exc}") from None
@@ -248,6 +264,8 @@ class Driver:
                             admin.delete_group(group.name)
                         except NotFound:
                             pass
+        except DaemonUnavailable as exc:
+            raise TokendUnreachable(f"cannot delete the groups of claim {uid}: {_unreachable('', exc)}") from None
         except GsliceError as exc:
             raise UnprepareError(f"cannot delete the groups of claim {uid} on {admin_socket}: {exc}") from None
 
