@@ -10,13 +10,12 @@ stays. The clean-up removes what belongs to claims that no longer exist
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gslice.atomic_file import write_atomically
 from gslice.errors import AlreadyExists, DaemonUnavailable, GsliceError, NotFound
 
 from . import cdi, resource_slices, tokends
@@ -208,19 +207,10 @@ class Driver:
     def _write_secret(claim_dir: Path, file_name: str, secret: str) -> Path:
         claim_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = claim_dir / file_name
-        fd, tmp = tempfile.mkstemp(prefix=".secret.", dir=claim_dir)
-        try:
-            # Readable by any uid in the container (it is mounted read-only
-            # into this claim's containers only); the 0700 folder keeps it from
-            # other users on the host.
-            os.fchmod(fd, 0o444)
-            os.write(fd, (secret + "\n").encode())
-            os.fsync(fd)
-            os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Readable by any uid in the container (it is mounted read-only into
+        # this claim's containers only); the 0700 folder keeps it from other
+        # users on the host.
+        write_atomically(path, (secret + "\n").encode(), mode=0o444)
         return path
 
     def _artifacts_present(self, entry: ClaimEntry) -> bool:
