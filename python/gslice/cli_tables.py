@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 
 from .client import Group, Status
+# Labels the Kubernetes driver puts on the groups it creates.
+from .kubernetes.claim_plan import LABEL_CLAIM as CLAIM_LABEL, LABEL_PODS as PODS_LABEL
 from .units import format_bytes, format_share
 
 
@@ -14,9 +16,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# Labels the Kubernetes driver (gslice.kubernetes) puts on the groups it creates.
-CLAIM_LABEL = "gslice.dev/claim"
-PODS_LABEL = "gslice.dev/pods"
 
 
 def owner_text(labels: dict[str, str]) -> str:
