@@ -176,3 +176,12 @@ def test_a_wrong_value_fails():
     from gslice.errors import GsliceError
     with pytest.raises((GsliceError, ValueError)):
         check_parses(["gslice-dra", "run", "--memory-reserve", "lots"], "example")
+
+
+def test_the_systemd_unit_runs_the_gslice_that_the_docs_install():
+    """operations.md installs the wheel into a virtual environment; the unit
+    runs a fixed path: the install steps must put gslice there."""
+    [program] = {Path(p.values[0][0]) for p in _systemd_commands()}
+    install = (ROOT / "docs" / "operations.md").read_text().split("## Installing from the wheel", 1)[1]
+    install = install.split("\n## ", 1)[0]
+    assert str(program) in install, f"the systemd unit runs {program}, which the install steps do not provide"
