@@ -23,3 +23,19 @@ def test_gslice_dra_install_shim_and_check(tmp_path, capsys, node):
     assert main(["--registry-dir", str(node.config.registry_dir), "check"]) == 0
     assert "gslice.dev: DRAPlugin on " in capsys.readouterr().out
     assert main(["--registry-dir", str(tmp_path), "check"]) == 1
+
+
+def test_gslice_dra_version_and_help(capsys):
+    import pytest
+    from gslice import __version__
+    from gslice.kubernetes.__main__ import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"gslice-dra {__version__}"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    import re
+    options = re.split(r"\n  (?=-)", capsys.readouterr().out.split("options:", 1)[1])
+    for flag in ("--node-name", "--plugins-dir", "--cdi-dir", "--state-dir", "--shim-root", "--registry-dir"):
+        [entry] = [o for o in options if o.startswith(flag + " ")]
+        assert "(default" in entry, entry

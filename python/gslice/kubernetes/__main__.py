@@ -87,24 +87,32 @@ def _add_common_options(parser: argparse.ArgumentParser, suppress_defaults: bool
     def default(value):
         return argparse.SUPPRESS if suppress_defaults else value
     parser.add_argument("--log-level", default=default("info"), choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--driver-name", default=default(DRIVER_NAME))
-    parser.add_argument("--registry-dir", type=Path, default=default(defaults.KUBELET_REGISTRY_DIR))
-    parser.add_argument("--shim-root", type=Path, default=default(defaults.SHIM_ROOT))
+    parser.add_argument("--driver-name", default=default(DRIVER_NAME), help=f"DRA driver name (default {DRIVER_NAME})")
+    parser.add_argument("--registry-dir", type=Path, default=default(defaults.KUBELET_REGISTRY_DIR),
+                        help=f"kubelet's plugin registry (default {defaults.KUBELET_REGISTRY_DIR})")
+    parser.add_argument("--shim-root", type=Path, default=default(defaults.SHIM_ROOT),
+                        help=f"host folder of the shim's versioned folders (default {defaults.SHIM_ROOT})")
     parser.add_argument("--shim-version", default=default(""), help="folder under --shim-root (default: this version)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gslice-dra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    from gslice import __version__
+    parser.add_argument("--version", action="version", version=f"gslice-dra {__version__}")
     _add_common_options(parser, suppress_defaults=False)
     common = argparse.ArgumentParser(add_help=False)
     _add_common_options(common, suppress_defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", parents=[common], help="serve kubelet until SIGTERM")
-    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
-    run.add_argument("--plugins-dir", type=Path, default=defaults.KUBELET_PLUGINS_DIR)
-    run.add_argument("--cdi-dir", type=Path, default=defaults.CDI_DIR)
-    run.add_argument("--state-dir", type=Path, default=defaults.STATE_DIR)
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name (default $NODE_NAME)")
+    run.add_argument("--plugins-dir", type=Path, default=defaults.KUBELET_PLUGINS_DIR,
+                     help=f"where the DRA socket goes, in a folder per driver (default {defaults.KUBELET_PLUGINS_DIR})")
+    run.add_argument("--cdi-dir", type=Path, default=defaults.CDI_DIR,
+                     help=f"where the claims' CDI specs go (default {defaults.CDI_DIR})")
+    run.add_argument("--state-dir", type=Path, default=defaults.STATE_DIR,
+                     help=f"checkpoint and the claims' secret files (default {defaults.STATE_DIR})")
     run.add_argument("--tokend-admin-sockets", default=defaults.TOKEND_ADMIN_SOCKETS,
                      help=f"glob of the node's tokend admin sockets (default {defaults.TOKEND_ADMIN_SOCKETS})")
     run.add_argument("--memory-reserve", default="512MiB",
@@ -113,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between slice refreshes and stale-claim clean-ups (default 60)")
     run.set_defaults(func=cmd_run)
     install = sub.add_parser("install-shim", parents=[common], help="copy libgslice.so into SHIM_ROOT/VERSION/lib")
-    install.add_argument("--source", type=Path, default=None)
+    install.add_argument("--source", type=Path, default=None, help="the library to install (default: the packaged shim)")
     install.set_defaults(func=cmd_install_shim)
     check = sub.add_parser("check", parents=[common], help="exit 0 when the plugin answers GetInfo")
     check.set_defaults(func=cmd_check)
