@@ -39,3 +39,15 @@ def test_gslice_dra_version_and_help(capsys):
     for flag in ("--node-name", "--plugins-dir", "--cdi-dir", "--state-dir", "--shim-root", "--registry-dir"):
         [entry] = [o for o in options if o.startswith(flag + " ")]
         assert "(default" in entry, entry
+
+
+def test_every_plugin_flag_is_documented():
+    """docs/kubernetes.md lists the plugin's flags; a flag added to the CLI
+    and not to the walk-through is one nobody finds."""
+    from pathlib import Path
+    from gslice.kubernetes.__main__ import build_parser
+    parser = build_parser()
+    run = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices["run"]
+    flags = {s for a in run._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    assert sorted(f for f in flags if f"`{f}" not in docs) == []
