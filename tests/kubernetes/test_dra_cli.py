@@ -51,3 +51,16 @@ def test_every_plugin_flag_is_documented():
     flags = {s for a in run._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
     docs = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
     assert sorted(f for f in flags if f"`{f}" not in docs) == []
+
+
+def test_install_shim_failure_is_one_line(tmp_path, capsys):
+    """The init container's log: what failed and where, not a traceback."""
+    from gslice.kubernetes.__main__ import main
+    assert main(["install-shim", "--shim-root", str(tmp_path), "--source", str(tmp_path / "nowhere.so")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"gslice-dra: installing the shim under {tmp_path} failed: ") and "nowhere.so" in err
+    assert len(err.strip().splitlines()) == 1
+    source = tmp_path / "libgslice.so"
+    source.write_bytes(b"shim")
+    assert main(["install-shim", "--shim-root", str(tmp_path), "--shim-version", "..", "--source", str(source)]) == 1
+    assert "cannot name a folder" in capsys.readouterr().err

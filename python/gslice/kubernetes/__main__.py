@@ -60,7 +60,11 @@ def cmd_install_shim(args) -> int:
     from gslice import __version__
     from gslice.shim_install import install_shim
 
-    target = install_shim(args.shim_root, source=args.source, version=args.shim_version or __version__)
+    try:
+        target = install_shim(args.shim_root, source=args.source, version=args.shim_version or __version__)
+    except (OSError, ValueError) as exc:
+        print(f"gslice-dra: installing the shim under {args.shim_root} failed: {exc}", file=sys.stderr)
+        return 1
     print(f"installed: {target}")
     return 0
 
