@@ -24,7 +24,8 @@ DOCS = [d for p in sorted((ROOT / "deploy" / "kubernetes").rglob("*.yaml"))
 CLASSES = {d["metadata"]["name"]: d for d in DOCS if d["kind"] == "DeviceClass"}
 TEMPLATES = [d for d in DOCS if d["kind"] == "ResourceClaimTemplate"]
 GPU = GpuTokend(index=0, uuid="GPU-a", product_name="NVIDIA H100 80GB HBM3", memory_total=80 * 1024**3,
-                admin_socket=Path("/run/gslice/gpu0/admin.sock"), client_socket=Path("/run/gslice/gpu0/client/client.sock"))
+                admin_socket=Path("/run/gslice/gpu0/admin.sock"),
+                client_socket=Path("/run/gslice/gpu0/client/client.sock"))
 
 
 def _opaque(configs, source, request=None):
@@ -54,7 +55,8 @@ def test_example_claims_are_understood_by_the_plugin(template):
             assert capacity in policy, (capacity, sorted(policy))
             valid = policy[capacity]["requestPolicy"]["validRange"]
             value = parse_quantity(asked)
-            assert value >= parse_quantity(valid["min"]) and value % parse_quantity(valid["step"]) == 0, (capacity, asked)
+            step = parse_quantity(valid["step"])
+            assert value >= parse_quantity(valid["min"]) and value % step == 0, (capacity, asked)
             if "max" in valid:
                 assert value <= parse_quantity(valid["max"])
     for constraint in devices.get("constraints") or []:

@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between slice refreshes and stale-claim clean-ups (default 60)")
     run.set_defaults(func=cmd_run)
     install = sub.add_parser("install-shim", parents=[common], help="copy libgslice.so into SHIM_ROOT/VERSION/lib")
-    install.add_argument("--source", type=Path, default=None, help="the library to install (default: the packaged shim)")
+    install.add_argument("--source", type=Path, default=None,
+                         help="the library to install (default: the packaged shim)")
     install.set_defaults(func=cmd_install_shim)
     check = sub.add_parser("check", parents=[common], help="exit 0 when the plugin answers GetInfo")
     check.set_defaults(func=cmd_check)

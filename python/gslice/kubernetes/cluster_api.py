@@ -49,10 +49,11 @@ class KubernetesApi:
                     config.load_kube_config()
                 except (config.ConfigException, OSError) as kubeconfig:
                     where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+                    not_in_pod, no_kubeconfig = str(in_cluster).rstrip("."), str(kubeconfig).rstrip(".")
                     raise ApiConfigError(
-                        f"no Kubernetes API configuration: not in a pod ({str(in_cluster).rstrip('.')}; the in-pod configuration "
+                        f"no Kubernetes API configuration: not in a pod ({not_in_pod}; the in-pod configuration "
                         f"needs KUBERNETES_SERVICE_HOST and the service account token), and no usable kubeconfig "
-                        f"at {where} ({str(kubeconfig).rstrip('.')})") from None
+                        f"at {where} ({no_kubeconfig})") from None
             api_client = client.ApiClient()
         self._client = api_client
         self._resource = client.ResourceV1Api(api_client)
