@@ -49,9 +49,6 @@ def check_parses(argv: list[str], where: str) -> argparse.Namespace | None:
     except SystemExit as exc:
         assert exc.code == 0, f"{where}: {shlex.join(argv)} is refused by {program}: {stderr.getvalue().strip()}"
         return None
-    if program == "gslice-dra" and args.command == "run":
-        from gslice.kubernetes.__main__ import _config
-        _config(args)   # the values too (e.g. --memory-reserve as a size)
     return args
 
 
@@ -172,10 +169,13 @@ def test_a_wrong_command_line_fails(argv, message):
         check_parses(argv, "example")
 
 
-def test_a_wrong_value_fails():
-    from gslice.errors import GsliceError
-    with pytest.raises((GsliceError, ValueError)):
-        check_parses(["gslice-dra", "run", "--memory-reserve", "lots"], "example")
+@pytest.mark.parametrize("argv, message", [
+    (["gslice-dra", "run", "--memory-reserve", "lots"], "argument --memory-reserve: memory size 'lots'"),
+    (["gslice-dra", "run", "--cleanup-interval", "0"], "argument --cleanup-interval: '0' is not a number of seconds"),
+])
+def test_a_wrong_value_fails(argv, message):
+    with pytest.raises(AssertionError, match=message):
+        check_parses(argv, "example")
 
 
 def test_the_systemd_unit_runs_the_gslice_that_the_docs_install():

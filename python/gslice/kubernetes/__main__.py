@@ -17,13 +17,34 @@ from pathlib import Path
 from . import DRIVER_NAME, config as defaults
 
 
-def _config(args) -> "defaults.PluginConfig":
+def _byte_size(text: str) -> int:
+    """--memory-reserve: 0, or a size such as 512MiB."""
     from gslice.units import parse_bytes
+    if text.strip() == "0":
+        return 0
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    """--cleanup-interval: 0 would make the loop ask the API server without pause."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0, e.g. 60")
+    return value
+
+
+def _config(args) -> "defaults.PluginConfig":
     return defaults.PluginConfig(
         node_name=args.node_name, driver_name=args.driver_name, registry_dir=args.registry_dir,
         plugins_dir=args.plugins_dir, cdi_dir=args.cdi_dir, state_dir=args.state_dir, shim_root=args.shim_root,
         shim_version=args.shim_version, tokend_admin_sockets=args.tokend_admin_sockets,
-        memory_reserve=parse_bytes(args.memory_reserve), cleanup_interval=args.cleanup_interval)
+        memory_reserve=args.memory_reserve, cleanup_interval=args.cleanup_interval)
 
 
 def cmd_run(args) -> int:
@@ -119,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"checkpoint and the claims' secret files (default {defaults.STATE_DIR})")
     run.add_argument("--tokend-admin-sockets", default=defaults.TOKEND_ADMIN_SOCKETS,
                      help=f"glob of the node's tokend admin sockets (default {defaults.TOKEND_ADMIN_SOCKETS})")
-    run.add_argument("--memory-reserve", default="512MiB",
+    run.add_argument("--memory-reserve", type=_byte_size, default="512MiB",
                      help="GPU memory kept out of the ResourceSlice (default 512MiB)")
-    run.add_argument("--cleanup-interval", type=float, default=60.0,
+    run.add_argument("--cleanup-interval", type=_seconds, default=60.0,
                      help="seconds between slice refreshes and stale-claim clean-ups (default 60)")
     run.set_defaults(func=cmd_run)
     install = sub.add_parser("install-shim", parents=[common], help="copy libgslice.so into SHIM_ROOT/VERSION/lib")
