@@ -98,6 +98,8 @@ def _gslice_words(line: str) -> list[str] | None:
             continue
         while words and (words[0] in ("exec", "then", "do") or re.fullmatch(r"\w+=\S*", words[0])):
             words = words[1:]
+        if words and words[0] == "kubectl" and "--" in words:   # kubectl exec ... -- gslice ...
+            words = words[words.index("--") + 1:]
         if words and Path(words[0]).name in PROGRAMS:
             return words
     return None
@@ -150,7 +152,7 @@ def test_the_sources_are_found():
     ids = " ".join(p.id for p in COMMANDS)
     for expected in ("install-shim command", "tokend-gpu0 command", "plugin command", "plugin livenessProbe",
                      "Containerfile CMD", "Containerfile RUN gslice --version", "entrypoint.sh gslice install-shim",
-                     "ExecStart", "README.md: gslice group create"):
+                     "ExecStart", "README.md: gslice group create", "docs/kubernetes.md: gslice group ls"):
         assert expected in ids, (expected, ids)
 
 
