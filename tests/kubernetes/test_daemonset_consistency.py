@@ -105,3 +105,15 @@ def test_every_container_runs_the_node_image_of_this_version(pod):
     # The name the Containerfile's build line gives the image.
     built = re.search(r"-t (\S+?):", CONTAINERFILE.read_text()).group(1)
     assert repository.rsplit("/", 1)[-1] == built, (image, built)
+
+
+def test_the_plugins_probes_ask_the_socket_it_serves(pod):
+    from gslice.kubernetes.__main__ import build_parser
+    plugin = _container(pod, "plugin")
+    served = _dra_args(plugin)
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        command = ((plugin.get(probe) or {}).get("exec") or {}).get("command")
+        if command:
+            asked = build_parser().parse_args(command[1:])
+            assert (asked.command, asked.driver_name, asked.registry_dir) == (
+                "check", served.driver_name, served.registry_dir), probe
