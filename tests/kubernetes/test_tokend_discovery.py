@@ -56,8 +56,8 @@ def test_a_client_socket_folder_the_plugin_cannot_see_is_named(tmp_path, caplog,
 
         def not_mounted(path):
             raise FileNotFoundError(2, "No such file or directory", str(path))
-        monkeypatch.setattr(tokends.os, "listdir", not_mounted)
-        with caplog.at_level(logging.WARNING, logger="gslice.dra"):
+        with monkeypatch.context() as patch, caplog.at_level(logging.WARNING, logger="gslice.dra"):
+            patch.setattr(tokends.os, "listdir", not_mounted)
             assert discover(str(tokend.admin_socket)) == []
         assert f"client socket at {tokend.client_socket}, which the plugin cannot see" in caplog.text, caplog.text
     finally:
