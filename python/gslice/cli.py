@@ -25,6 +25,24 @@ def _admin(args):
     return Client(args.admin_socket)
 
 
+def _client_socket(args, admin=None) -> Path:
+    """--socket, else $GSLICE_SOCKET, else where the daemon says its client
+    socket is (tokend --client-socket-dir puts it in a directory of its own),
+    else the one beside the admin socket (daemon not reachable)."""
+    explicit = getattr(args, "socket", None)
+    if explicit or os.environ.get(paths.ENV_SOCKET):
+        return paths.client_socket(explicit)
+    try:
+        if admin is not None:
+            reported = admin.status().client_socket
+        else:
+            with _admin(args) as own:
+                reported = own.status().client_socket
+    except GsliceError:
+        reported = ""
+    return Path(reported) if reported else paths.client_socket(None, args.admin_socket)
+
+
 def _print_join_instructions(name: str, secret: str, client_socket: Path) -> None:
     print(f"""
 Processes join group {name!r} with this environment:
@@ -39,10 +57,10 @@ def cmd_group_create(args) -> int:
     with _admin(args) as admin:
         created = admin.create_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
                                      priority=args.priority)
+        client_socket = _client_socket(args, admin)
     from .cli_tables import groups_table
     print(f"created group {created.group.name!r}")
     print(groups_table([created.group]))
-    client_socket = paths.client_socket(None, args.admin_socket)
     _print_join_instructions(created.group.name, created.secret, client_socket)
     return 0
 
@@ -209,7 +227,7 @@ def cmd_run(args) -> int:
             env[paths.ENV_GROUP_SECRET] = admin.group_secret(args.group)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{library}:{preload}" if preload else str(library)
-    env[paths.ENV_SOCKET] = str(paths.client_socket(args.socket, args.admin_socket))
+    env[paths.ENV_SOCKET] = str(_client_socket(args))
     env[paths.ENV_GROUP] = args.group
     try:
         os.execvpe(command[0], command, env)
@@ -220,7 +238,7 @@ def cmd_run(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .cli_doctor import run_checks
-    checks = run_checks(paths.client_socket(args.socket, args.admin_socket), paths.admin_socket(args.admin_socket),
+    checks = run_checks(_client_socket(args), paths.admin_socket(args.admin_socket),
                         args.group, args.gpu)
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL':4}] {check.name}: {check.detail}")
@@ -305,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a command as a member of a group")
     run.add_argument("--group", required=True)
     run.add_argument("--socket", default=None, help=f"tokend's client socket (default ${paths.ENV_SOCKET}, else "
-                                                     "client.sock beside the admin socket)")
+                                                     "the one the daemon reports over the admin socket)")
     run.add_argument("--secret-file", default=None,
                      help=f"file holding the group secret (default ${paths.ENV_GROUP_SECRET_FILE} or "
                           f"${paths.ENV_GROUP_SECRET}, else read through the admin socket)")

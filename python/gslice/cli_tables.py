@@ -5,6 +5,8 @@ import time
 import unicodedata
 
 from .client import Group, Status
+# Labels the Kubernetes driver puts on the groups it creates.
+from .kubernetes.claim_plan import LABEL_CLAIM as CLAIM_LABEL, LABEL_PODS as PODS_LABEL
 from .units import format_bytes, format_share
 
 
@@ -24,9 +26,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# Labels the Kubernetes driver (gslice.kubernetes) puts on the groups it creates.
-CLAIM_LABEL = "gslice.dev/claim"
-PODS_LABEL = "gslice.dev/pods"
 
 
 def owner_text(labels: dict[str, str]) -> str:

@@ -33,6 +33,7 @@ class DaemonUnavailable(GsliceError):
 
     def __init__(self, socket_path, detail: str = ""):
         self.socket_path = str(socket_path)
+        self.detail = detail
         hint = (
             f"tokend is not reachable on {self.socket_path}"
             + (f" ({detail})" if detail else "")

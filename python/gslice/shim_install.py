@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import filecmp
 import os
-import shutil
 from pathlib import Path
 
 from . import __version__, paths
+from .atomic_file import write_atomically
 
 LIBRARY_NAME = "libgslice.so"
 CURRENT_LINK = "current"
@@ -38,15 +38,7 @@ def install_shim(prefix: str | os.PathLike, source: str | os.PathLike | None = N
     lib_dir.mkdir(parents=True, exist_ok=True)
     target = lib_dir / LIBRARY_NAME
     if not (target.is_file() and filecmp.cmp(source, target, shallow=False)):
-        tmp = lib_dir / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
-        try:
-            shutil.copyfile(source, tmp)
-            os.chmod(tmp, 0o755)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_atomically(target, source.read_bytes(), mode=0o755)
     _point_current(prefix, version)
     return target
 

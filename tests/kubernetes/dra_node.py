@@ -15,6 +15,7 @@ from gslice.kubernetes.config import PluginConfig
 from gslice.kubernetes.driver import Driver
 from gslice.kubernetes.fake_cluster import InMemoryCluster
 from gslice.kubernetes.plugin import KubeletPlugin
+from gslice.shim_install import install_shim
 from gslice.testing import TokendProcess, wait_for  # noqa: F401 (wait_for: for the tests)
 
 NODE = "node-a"
@@ -35,6 +36,11 @@ class Node:
             cleanup_interval=3600.0)
         self.plugin: KubeletPlugin | None = None
         self.kubelet: FakeKubelet | None = None
+        # What the DaemonSet's init step does: the shim in <shim root>/<version>/lib
+        # (a stand-in file: only tests that start a container need the real one).
+        stand_in = self.root / "libgslice.so"
+        stand_in.write_bytes(b"\x7fELF stand-in for the shim")
+        install_shim(self.config.shim_root, source=stand_in, version=self.config.resolved_shim_version())
 
     def start_plugin(self) -> KubeletPlugin:
         self.plugin = KubeletPlugin(self.config, Driver(self.config, self.cluster)).start()

@@ -14,13 +14,12 @@ empty. A CDI env entry replaces the container's own variable of that name."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from gslice import paths
+from gslice.atomic_file import write_atomically
 
 CLASS = "claim"
 # Where things appear inside the container.
@@ -116,18 +115,7 @@ def spec_path(cdi_dir: Path, vendor: str, device: str) -> Path:
 def write_spec(path: Path, spec: dict) -> None:
     """Atomically: a temporary name runtimes ignore (not *.json), then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            os.fchmod(out.fileno(), 0o644)
-            json.dump(spec, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, (json.dumps(spec, indent=2) + "\n").encode(), mode=0o644)
 
 
 def our_spec_files(cdi_dir: Path, vendor: str) -> dict[str, Path]:

@@ -6,11 +6,11 @@ after a crash in between, the clean-up still knows what to undo."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from gslice.atomic_file import write_atomically
 
 FORMAT_VERSION = 1
 PREPARING = "preparing"
@@ -73,21 +73,7 @@ class Checkpoint:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         payload = json.dumps({"version": FORMAT_VERSION,
                               "claims": {uid: asdict(e) for uid, e in sorted(claims.items())}}, indent=2)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as out:
-                out.write(payload + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, (payload + "\n").encode(), mode=0o600, sync_dir=True)
 
     def get(self, uid: str) -> ClaimEntry | None:
         with self._lock:

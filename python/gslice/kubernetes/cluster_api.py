@@ -6,12 +6,17 @@ client library's model classes."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Protocol
 
 
 class ApiUnavailable(Exception):
     """The API server could not be asked; nothing may be concluded (in
     particular not that a claim is gone)."""
+
+
+class ApiConfigError(Exception):
+    """No way to reach the API server is configured (not in a pod, no kubeconfig)."""
 
 
 class ClusterApi(Protocol):
@@ -39,8 +44,16 @@ class KubernetesApi:
         if api_client is None:
             try:
                 config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
+            except config.ConfigException as in_cluster:
+                try:
+                    config.load_kube_config()
+                except (config.ConfigException, OSError) as kubeconfig:
+                    where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+                    not_in_pod, no_kubeconfig = str(in_cluster).rstrip("."), str(kubeconfig).rstrip(".")
+                    raise ApiConfigError(
+                        f"no Kubernetes API configuration: not in a pod ({not_in_pod}; the in-pod configuration "
+                        f"needs KUBERNETES_SERVICE_HOST and the service account token), and no usable kubeconfig "
+                        f"at {where} ({no_kubeconfig})") from None
             api_client = client.ApiClient()
         self._client = api_client
         self._resource = client.ResourceV1Api(api_client)

@@ -8,6 +8,7 @@ import logging
 
 from gslice.kubelet import dra_v1_pb2 as pb
 
+from .checkpoint import CheckpointError
 from .driver import Driver, PrepareError, UnprepareError
 
 log = logging.getLogger("gslice.dra")
@@ -23,7 +24,7 @@ class DraService:
             answer = reply.claims[claim.uid]
             try:
                 devices = self.driver.prepare(claim.namespace, claim.name, claim.uid)
-            except PrepareError as exc:
+            except (PrepareError, CheckpointError) as exc:
                 answer.error = str(exc)
                 log.warning("prepare of claim %s/%s (%s) failed: %s", claim.namespace, claim.name, claim.uid, exc)
                 continue
@@ -44,7 +45,7 @@ class DraService:
             answer = reply.claims[claim.uid]
             try:
                 self.driver.unprepare(claim.uid)
-            except UnprepareError as exc:
+            except (UnprepareError, CheckpointError) as exc:
                 answer.error = str(exc)
             except Exception as exc:
                 log.exception("unprepare of claim %s crashed", claim.uid)

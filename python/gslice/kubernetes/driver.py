@@ -10,14 +10,13 @@ stays. The clean-up removes what belongs to claims that no longer exist
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gslice.errors import AlreadyExists, GsliceError, NotFound
+from gslice.atomic_file import write_atomically
+from gslice.errors import AlreadyExists, DaemonUnavailable, GsliceError, NotFound
 
 from . import cdi, resource_slices, tokends
 from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry, DeviceEntry
@@ -39,6 +38,10 @@ class UnprepareError(Exception):
     pass
 
 
+class TokendUnreachable(UnprepareError):
+    """A tokend to delete groups on did not answer (the clean-up retries)."""
+
+
 @dataclass(frozen=True)
 class PreparedDevice:
     request_names: list[str]
@@ -51,6 +54,13 @@ class PreparedDevice:
 def _devices_of(entry: ClaimEntry) -> list[PreparedDevice]:
     return [PreparedDevice(list(d.request_names), d.pool, d.device, list(d.cdi_device_ids), d.share_id)
             for d in entry.devices]
+
+
+def _unreachable(gpu_uuid: str, exc: DaemonUnavailable) -> str:
+    """For pod events: the operator CLI's hints of DaemonUnavailable do not apply here."""
+    detail = f" ({exc.detail})" if exc.detail else ""
+    gpu = f" of GPU {gpu_uuid}" if gpu_uuid else ""
+    return f"tokend{gpu} is not reachable on {exc.socket_path}{detail}: is its container running?"
 
 
 class Driver:
@@ -91,6 +101,7 @@ class Driver:
             plans = self._plan(claim, uid)
             if not plans:
                 return []
+            self._check_shim_installed()
             spec_file = cdi.spec_path(self.config.cdi_dir, self.config.driver_name, uid)
             entry = ClaimEntry(uid=uid, namespace=namespace, name=name, state=PREPARING, spec_file=str(spec_file),
                                claim_dir=str(self.config.claims_dir / uid),
@@ -128,6 +139,8 @@ class Driver:
                     # by this call or by an attempt that crashed.
                     try:
                         self._undo(entry)
+                    except TokendUnreachable:
+                        message += "; what it made is removed by the clean-up once tokend answers"
                     except UnprepareError as undo_exc:
                         message += f"; undoing it failed too, the clean-up retries: {undo_exc}"
                 raise PrepareError(message) from None
@@ -146,6 +159,19 @@ class Driver:
                 return plan_claim(claim, uid, self.config.driver_name, self.config.node_name, self._gpus)
         except PlanError as exc:
             raise PrepareError(str(exc)) from None
+
+    def _check_shim_installed(self) -> None:
+        """The CDI spec mounts the shim's host folder: refuse here, with what
+        to do, rather than let the runtime fail on a missing mount source."""
+        shim = self.config.shim_lib_dir() / cdi.SHIM_NAME
+        if shim.is_file():
+            return
+        root = self.config.shim_root
+        installed = sorted(p.parent.parent.name for p in root.glob(f"*/lib/{cdi.SHIM_NAME}")) if root.is_dir() else []
+        raise PrepareError(
+            f"the gslice shim is not installed on this node: {shim} does not exist (installed: "
+            f"{', '.join(installed) or 'none'} under {root}). The DaemonSet's init step `gslice-dra install-shim "
+            f"--shim-root {root}` puts it there; the plugin's --shim-root and --shim-version must name that folder")
 
     def _converge_group(self, plan: ClaimPlan) -> str:
         """Creates the group, or brings this claim's existing one to the plan; its secret."""
@@ -170,6 +196,9 @@ class Driver:
                 return admin.group_secret(plan.group)
         except PrepareError:
             raise
+        except DaemonUnavailable as exc:
+            raise PrepareError(f"group {plan.group} for claim {plan.claim_ref} cannot be made now: "
+                               f"{_unreachable(plan.gpu.uuid, exc)} kubelet retries the prepare") from None
         except GsliceError as exc:
             raise PrepareError(f"tokend of GPU {plan.gpu.uuid} refused group {plan.group} for claim "
                                f"{plan.claim_ref} ({settings}): {exc}") from None
@@ -178,19 +207,10 @@ class Driver:
     def _write_secret(claim_dir: Path, file_name: str, secret: str) -> Path:
         claim_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = claim_dir / file_name
-        fd, tmp = tempfile.mkstemp(prefix=".secret.", dir=claim_dir)
-        try:
-            # Readable by any uid in the container (it is mounted read-only
-            # into this claim's containers only); the 0700 folder keeps it from
-            # other users on the host.
-            os.fchmod(fd, 0o444)
-            os.write(fd, (secret + "\n").encode())
-            os.fsync(fd)
-            os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Readable by any uid in the container (it is mounted read-only into
+        # this claim's containers only); the 0700 folder keeps it from other
+        # users on the host.
+        write_atomically(path, (secret + "\n").encode(), mode=0o444)
         return path
 
     def _artifacts_present(self, entry: ClaimEntry) -> bool:
@@ -234,6 +254,8 @@ class Driver:
                             admin.delete_group(group.name)
                         except NotFound:
                             pass
+        except DaemonUnavailable as exc:
+            raise TokendUnreachable(f"cannot delete the groups of claim {uid}: {_unreachable('', exc)}") from None
         except GsliceError as exc:
             raise UnprepareError(f"cannot delete the groups of claim {uid} on {admin_socket}: {exc}") from None
 

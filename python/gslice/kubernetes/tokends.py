@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,20 @@ def read_tokend(admin_socket: Path) -> GpuTokend:
             f"tokend of GPU {status.gpu_uuid} keeps its client socket beside its admin socket in "
             f"{client_socket.parent}; mounting that directory would give containers the admin socket. "
             "Start tokend with --client-socket-dir DIR (a directory of its own)")
+    # CDI mounts the whole folder: anything else in it (an admin socket in a
+    # subfolder, another GPU's sockets) would enter the pods too.
+    try:
+        others = sorted(set(os.listdir(client_socket.parent)) - {paths.CLIENT_SOCKET_NAME})
+    except OSError as exc:
+        raise ValueError(f"tokend of GPU {status.gpu_uuid} reports its client socket at {client_socket}, which "
+                         f"the plugin cannot see ({exc.strerror}): mount that folder into the plugin's container "
+                         "at the same path") from None
+    if others:
+        raise ValueError(
+            f"tokend of GPU {status.gpu_uuid} has its client socket in {client_socket.parent}, which also holds "
+            f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''}; mounting it would give containers those "
+            f"too (its admin socket is {admin_socket}). Start tokend with --client-socket-dir DIR, a directory "
+            "that holds client.sock only")
     return GpuTokend(index=status.gpu_index, uuid=status.gpu_uuid, product_name=status.gpu_name,
                      memory_total=status.physical_memory, admin_socket=Path(admin_socket),
                      client_socket=client_socket)
@@ -59,7 +74,12 @@ def discover(pattern: str) -> list[GpuTokend]:
     """Every answering tokend matched by the glob, by GPU index. Unusable ones
     are logged and left out (their GPU is not offered)."""
     found: dict[int, GpuTokend] = {}
-    for socket_path in sorted(glob.glob(pattern)):
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        log.warning("no tokend admin socket matches %s: no GPU offered. Expected one tokend per GPU with "
+                    "--socket-dir DIR so that DIR/admin.sock matches (e.g. /run/gslice/gpu0); "
+                    "is tokend running, and does --tokend-admin-sockets name its folder?", pattern)
+    for socket_path in matches:
         try:
             tokend = read_tokend(Path(socket_path))
         except (GsliceError, ValueError) as exc:
