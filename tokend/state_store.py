@@ -15,15 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gslice.atomic_file import write_atomically
+
 FORMAT_VERSION = 1
 DAEMON_LOSS_WAIT = 1  # gslice.v1.DaemonLossPolicy; the default for old files
-_TEMP_PREFIX = ".groups."
+_TEMP_PREFIX = ".groups."  # write_atomically's temp names: .groups.json.*.tmp, .groups.json.bak.*.tmp
 
 log = logging.getLogger("gslice.tokend")
 
@@ -118,8 +118,7 @@ class GroupStore:
         if groups is None:
             self._loaded_quotas = {}
             return [], f"{problem}; moved to {kept}; started with no groups"
-        shutil.copyfile(self.backup_path, self.path)
-        os.chmod(self.path, 0o600)
+        write_atomically(self.path, self.backup_path.read_bytes(), mode=0o600, sync_dir=True)
         self._loaded_quotas = {g.name: g.memory_quota for g in groups}
         return groups, f"{problem}; moved to {kept}; restored the last good table from {self.backup_path}"
 
@@ -163,27 +162,5 @@ class GroupStore:
         data = {"version": FORMAT_VERSION, "groups": [g.to_json() for g in sorted(groups, key=lambda g: g.name)]}
         if self.path.exists():
             # The current table is good (loaded or written by us): keep it as the backup.
-            self._write_atomically(self.backup_path, self.path.read_bytes())
-        self._write_atomically(self.path, (json.dumps(data, indent=2) + "\n").encode())
-        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-    def _write_atomically(self, target: Path, payload: bytes) -> None:
-        """A temp file (0600) in the same directory, fsync, rename over target."""
-        fd, tmp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=self.state_dir)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as tmp:
-                tmp.write(payload)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.replace(tmp_name, target)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
+            write_atomically(self.backup_path, self.path.read_bytes(), mode=0o600)
+        write_atomically(self.path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600, sync_dir=True)
