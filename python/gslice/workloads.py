@@ -110,15 +110,18 @@ class Driver:
         return free.value, total.value
 
 
-def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_at: float | None = None) -> dict:
+def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_at: float | None = None,
+         streams: int = 1) -> dict:
     """Launch `kernel_us` kernels back to back for `seconds` of wall time,
     synchronising every `sync_every` launches (0: only at the end).
     `start_at` (epoch seconds) lines several processes up on one instant;
     `first_launch_at` in the report is when the first launch returned (for
-    a process under the shim: when it first held the token)."""
+    a process under the shim: when it first held the token). With `streams`
+    > 1, launches go round-robin over that many streams (one thread)."""
     drv = Driver()
     function = drv.spin_kernel()
-    stream = drv.stream()
+    all_streams = [drv.stream() for _ in range(max(1, streams))]
+    stream = all_streams[0]
     ns = ctypes.c_uint64(int(kernel_us * 1000))
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
     if start_at is not None:
@@ -130,13 +133,14 @@ def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_a
     deadline = start + seconds
     while time.monotonic() < deadline:
         for _ in range(max(1, sync_every) if sync_every else 32):
+            stream = all_streams[launched % len(all_streams)]
             drv._check("cuLaunchKernel", drv.launch(function, blocks, 1, 1, 1, 1, 1, 0, stream, params, None))
             launched += 1
         if sync_every:
-            drv.synchronize(stream)
+            drv.synchronize(None if len(all_streams) > 1 else stream)
     drv.synchronize()
     return {"kernels": launched, "kernel_us": kernel_us, "seconds": time.monotonic() - start,
-            "first_launch_at": first_launch_at, "pid": os.getpid()}
+            "first_launch_at": first_launch_at, "streams": len(all_streams), "pid": os.getpid()}
 
 
 def bursts(kernel_us: float, burst: int, think_ms: float, seconds: float) -> dict:
@@ -202,6 +206,7 @@ def add_spin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
     parser.add_argument("--blocks", type=int, default=1)
     parser.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    parser.add_argument("--streams", type=int, default=1, help="launch round-robin over this many streams")
     return parser
 
 
@@ -223,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.kind == "spin":
-            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks, args.start_at)), flush=True)
+            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks, args.start_at,
+                                        args.streams)), flush=True)
         elif args.kind == "bursts":
             print(json.dumps(bursts(args.kernel_us, args.burst, args.think_ms, args.seconds)), flush=True)
         else:
