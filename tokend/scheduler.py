@@ -517,9 +517,10 @@ class Scheduler:
         charged = self._slice_charge(holding, used, now)
         group = client.group
         self._charge(group, now, charged)
-        self._adapt_quantum(client, holding, charged, used, idle)
-        if not idle:
-            group.last_busy_release = now
+        if not (holding.leased and used == 0.0):  # a lease given back unused says nothing
+            self._adapt_quantum(client, holding, charged, used, idle)
+            if not idle:
+                group.last_busy_release = now
         if keep_lease and idle and not holding.revoked and not group.capped and not self._waiting_groups:
             holding.leased = True
             holding.grant_time = now
