@@ -35,6 +35,9 @@ enum { ACQUIRE_TIMEOUT_MS = 10000, ACQUIRE_WAIT_MS = 12000, RELEASE_WAIT_MS = 50
 /* RenewToken goes out this long (plus two kernels) before the quantum ends:
  * a round trip from C is ~0.3-3 ms here, and the queue must not run dry. */
 #define RENEW_LEAD_NS 3000000ull
+/* Release this long before a handed-over slice's last long kernel ends: the
+ * release, the next grant and its first submission take about that long. */
+#define HANDOFF_LEAD_NS 1000000ull
 enum { GRPC_DEADLINE_EXCEEDED = 4 };
 
 uint32_t gs_gate_next_generation(void)
@@ -322,6 +325,29 @@ static void synchronise_contexts(CUcontext *ctxs, int n)
     }
 }
 
+static void sleep_until_ns(uint64_t deadline_ns);
+
+/* Handoff without idle GPU: a slice handed to someone else is released as
+ * soon as the gate is closed, while its last work still runs, so the next
+ * holder's grant and first submission overlap it. What is queued is already
+ * bounded (checkpoints: ~2 ms of short kernels; pacing: a long kernel and
+ * its feed-ahead); with long kernels the release waits until the last one
+ * is within the handoff lead of its estimated end. The tail runs at the
+ * start of the next slice and is charged to it: handoffs go both ways, so
+ * the tails even out. */
+static void wait_for_handoff_point(gs_gate *g)
+{
+    if (!gs_cu.cuEventQuery)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    bool pending = newest_pending_locked(g);
+    uint64_t queued_end = g->newest_end_ns;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    if (pending && kernel_us >= GS_GATE_LONG_KERNEL_US && queued_end > monotonic_ns() + HANDOFF_LEAD_NS)
+        sleep_until_ns(queued_end - HANDOFF_LEAD_NS);
+}
+
 /* Close the gate, wait for the slice's work, release the token. */
 static void end_slice_locked(gs_gate *g, bool idle)
 {
@@ -342,7 +368,10 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (uncharged) in the next holder's slice. A launch call takes a few us. */
     struct timespec quiesce = {0, 20000};
     nanosleep(&quiesce, NULL);
-    synchronise_contexts(ctxs, n);
+    if (idle || lost)
+        synchronise_contexts(ctxs, n);
+    else
+        wait_for_handoff_point(g);
     uint64_t end_ns = monotonic_ns();
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */
@@ -393,8 +422,8 @@ static uint64_t renew_lead_ns(gs_gate *g, uint64_t deadline)
 
 static void renew_or_end_slice_locked(gs_gate *g, bool due)
 {
-    if (g->token_lost || g->stopping || !g->rpc) {
-        end_slice_locked(g, false);
+    if (g->token_lost || g->stopping || !g->rpc || g->renew_refused) {
+        end_slice_locked(g, false);   /* (tokend already said others wait) */
         return;
     }
     uint64_t token_id = g->token_id;
@@ -619,6 +648,8 @@ static bool newest_pending_locked(gs_gate *g)
 
 static void sleep_until_ns(uint64_t deadline_ns)
 {
+    if (deadline_ns <= monotonic_ns())
+        return;
     struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
                           .tv_nsec = (long)(deadline_ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {

@@ -510,8 +510,10 @@ class Scheduler:
                 holding is not None and holding.client is client and holding.token_id == token_id):
             now = self._clock(now)
             del self._expired[client_id]
+            out: list[Decision] = []
+            self._expire_due(now, out)  # its newer token's expiry, if due, comes first
             self._charge(client.group, now, max(0.0, used - expired[1]))
-            return self._step(now, [])
+            return self._step(now, out)
         holding = self._held(client, token_id)
         now = self._clock(now)
         charged = self._slice_charge(holding, used, now)
@@ -651,7 +653,12 @@ class Scheduler:
                 return low + need + self._window
             need -= length
             if need <= point:
-                return end + self._window
+                # The point leaves with its interval: once now - window >= end
+                # (exactly, in floats, or _usage keeps it one more call).
+                moment = end + self._window
+                while moment - self._window < end:
+                    moment = math.nextafter(moment, math.inf)
+                return moment
             need -= point
         return None  # target below zero: never
 
@@ -672,7 +679,14 @@ class Scheduler:
         return quantum
 
     def _threshold(self, group: _Group) -> float:
-        quantum = self._client_quantum(self._clients[next(iter(group.waiters))])
+        """Room in the window a capped group needs before it is served: its
+        head client's slice; with smooth caps (which space slices out
+        already) a minimal slice, or its work item."""
+        head = self._clients[next(iter(group.waiters))]
+        if self.config.cap_period > 0:
+            quantum = self.config.quantum_min + head.work_item
+        else:
+            quantum = self._client_quantum(head)
         return quantum if quantum < group.cap else group.cap
 
     def _grant_quantum(self, client: _Client, group: _Group, usage: float, now: float) -> float:

@@ -276,6 +276,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         token, charged = self.expired.pop(client)
         self.tick(dt)
         decisions = self.s.release(client, token, charged + extra, self.now)
+        # The core applies an expiry due (of a newer token) first.
+        expired = [d for d in decisions if isinstance(d, Expire)]
+        self.apply(expired)
+        decisions = [d for d in decisions if not isinstance(d, Expire)]
         if extra > 0:
             # Charged as an interval ending now; the part reaching back over
             # the group's earlier charges is held as a point at the end.
