@@ -104,21 +104,28 @@ static uint64_t idle_period_ns(gs_gate *g)
 
 static bool newest_pending_locked(gs_gate *g);
 
+/* newest_pending_locked from a thread without the context (the keeper):
+ * push the checkpoint's context around the query. */
+static bool newest_pending_any_thread_locked(gs_gate *g)
+{
+    if (g->queue_count == 0 || !gs_cu.cuEventQuery)
+        return false;
+    CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
+    CUcontext popped;
+    bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+    bool busy = newest_pending_locked(g);
+    if (pushed)
+        gs_cu.cuCtxPopCurrent(&popped);
+    return busy;
+}
+
 /* Is GPU work this process queued still running? (The newest checkpoint not
  * reached.) A busy checkpoint lock means a launch is waiting on it: busy. */
 static bool gpu_work_outstanding(gs_gate *g)
 {
     if (pthread_mutex_trylock(&g->checkpoint_mu) != 0)
         return true;
-    bool busy = false;
-    if (g->queue_count > 0 && gs_cu.cuEventQuery) {
-        CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
-        CUcontext popped;
-        bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
-        busy = newest_pending_locked(g);
-        if (pushed)
-            gs_cu.cuCtxPopCurrent(&popped);
-    }
+    bool busy = newest_pending_any_thread_locked(g);
     pthread_mutex_unlock(&g->checkpoint_mu);
     return busy;
 }
@@ -335,12 +342,12 @@ static void sleep_until_ns(uint64_t deadline_ns);
  * is within the handoff lead of its estimated end. The tail runs at the
  * start of the next slice and is charged to it: handoffs go both ways, so
  * the tails even out. */
-static void wait_for_handoff_point(gs_gate *g)
+static void wait_for_handoff_point(gs_gate *g, bool preempted)
 {
-    if (!gs_cu.cuEventQuery)
-        return;
+    if (!gs_cu.cuEventQuery || preempted)
+        return;   /* preempted: the waiter's work queues behind the tail anyway; grant it now */
     pthread_mutex_lock(&g->checkpoint_mu);
-    bool pending = newest_pending_locked(g);
+    bool pending = newest_pending_any_thread_locked(g);
     uint64_t queued_end = g->newest_end_ns;
     pthread_mutex_unlock(&g->checkpoint_mu);
     uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
@@ -360,6 +367,7 @@ static void end_slice_locked(gs_gate *g, bool idle)
     uint64_t token_id = g->token_id, grant_ns = g->grant_ns;
     uint64_t quantum_us = g->quantum_us;
     bool lost = g->token_lost;
+    bool preempted = g->revoke_pending;
     pthread_mutex_unlock(&g->mu);
 
     /* A thread that passed the fast path just before the close is still
@@ -371,7 +379,7 @@ static void end_slice_locked(gs_gate *g, bool idle)
     if (idle || lost)
         synchronise_contexts(ctxs, n);
     else
-        wait_for_handoff_point(g);
+        wait_for_handoff_point(g, preempted);
     uint64_t end_ns = monotonic_ns();
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Sans-I/O, in the style of h11's ``_state.py``: events go in (``attach``,
-``request``, ``release``, ``advance`` ...), each with the current time
+``request``, ``release``, ``renew``, ``advance`` ...), each with the current time
 ``now`` (float seconds, monotonic); decisions come out as a list of
 ``Grant`` / ``Revoke`` / ``Expire``. No clocks, sockets, threads, logging or
 randomness live here, so every rule is testable with plain floats. Time never
@@ -16,7 +16,9 @@ group's *usage* is the charged time inside the sliding window
 ``(now - window, now]``, the current holder's time counting as it accrues
 (up to its deadline, past which an expiry charges no more); *share* =
 usage / window. A release charges ``max(now - grant, used)`` as
-the interval ending at ``now``; an expiry charges ``quantum + grace``.
+the interval ending at ``now``; an expiry charges ``quantum + grace``, and
+the late release that follows charges what the client measured beyond
+that (nothing is left uncharged, whatever the kernels' length).
 Intervals of one group never overlap: a charge reaching back before the
 group's previous interval keeps the excess as a point charge at its end.
 Intervals that left the window are dropped, so memory is bounded by the
@@ -31,16 +33,35 @@ relative shortfall), and capacity left over by idle groups is shared in
 proportion to requests. Within a group, FIFO by wait start. Guarantees come
 before priority classes; the class orders groups within a tier.
 
-Limit. A group with limit >= 1 is never capped. Otherwise its *room* is
-``limit*window - usage``; it is eligible only while room is at least the
-quantum its head-of-line client would get (its adapted quantum, or the whole
-cap if that is smaller). A capped group waits for room even if the GPU idles
-(limit is a cap); waiting for a full quantum rather than for
-``quantum_min`` keeps a capped group from being fed a stream of tiny
-slices. Otherwise the core is work-conserving: every event that frees the
-token grants it at once if anyone eligible waits.
+Debt. A waiting group ahead of the pace of a *contending* group (one that
+could use the GPU now: waiting and not at its limit, or one that released
+a busy slice less than quantum_min ago, whose next request is on the way)
+by more than its fair slice minus half its work item is in debt: it is
+served only when no eligible waiter is out of debt and no such contending
+group is about to ask. An overrun, a late release or a work item longer
+than a slice is so paid back before the group is served again, and a
+group with 1 s kernels beside one with 1 ms kernels keeps its share: its
+lead oscillates around zero instead of growing.
 
-Quantum. Each client starts at ``quantum_max`` (a new client is assumed
+Limit. A group with limit >= 1 is never capped. Otherwise it holds over two
+periods. Window: its *room* is ``limit*window - usage``; it is eligible
+only while room covers what its head-of-line client needs (quantum_min
+plus its work item with smooth caps on; else its whole adapted quantum,
+which keeps it from being fed a stream of tiny slices). Smooth cap
+(``cap_period`` > 0, a GCRA): every charge of ``a`` seconds moves the
+group's ``pace_until`` to ``max(pace_until, start) + a / limit``, and it is
+not served before then; its slices are ``cap_period*limit/(1-limit)``
+long (at least quantum_min, at least its work item), so a group at its
+limit pauses about cap_period between slices, and over any interval T it
+gets at most ``limit*T`` plus one slice. A capped group waits even if the
+GPU idles (limit is a cap); it never keeps a lease and is never renewed
+(its pause must happen). Otherwise the core is work-conserving: every
+event that frees the token grants it at once if anyone eligible waits.
+
+Quantum. A client may report its *work item* (``request``/``renew``
+``work_item``): the longest single piece of GPU work it submits (a kernel,
+a CUDA graph). Its slices are then at least ``work_item + quantum_min``, so
+long work does not expire under its token. Each client starts at ``quantum_max`` (a new client is assumed
 busy; it shrinks within a few slices if not). An idle release moves it half
 way toward twice what the slice really used (0.5 x 2 x used + 0.5 x
 previous: Gemini's rule, with headroom so a burst fits in one slice); a release that used at least 90% of the granted quantum
@@ -55,6 +76,20 @@ is what sets a 30/70 split (from the first second, not only once the window
 has filled), and the "ahead" term pays back overruns. Quanta are otherwise
 not shortened when others wait: preemption by class is the latency tool.
 
+Renew. At the end of its quantum a holder with more work asks ``renew``:
+if no one else would be served now (and its group is not capped), the slice
+is charged and a new token granted to it at once (``Grant(renewed=True)``);
+the client never stops its stream of work, so a lone tenant pays no
+time-slicing tax. Otherwise nothing changes and it releases as usual.
+
+Lease. An idle release with ``keep_lease`` while nobody waits (and the
+group is not capped) keeps the holding as a *lease*: it accrues nothing,
+has no deadline, and the client may start a new slice on its own at its
+next burst (no round trip); it then reports that slice's GPU time in its
+next ``renew``/``release`` (charged as measured). When an eligible client
+asks, the lease is taken back: ``Revoke`` is emitted and it must be
+released within ``grace`` (else it expires, charged from the Revoke on).
+
 Preemption. A waiting client preempts the holder when it would be served
 before the holder's group under the key above (so its tier is no worse than
 the holder group's tier now) and its priority class is strictly higher.
@@ -64,9 +99,10 @@ it releases or its token expires. Equal classes never preempt.
 Expiry. A token not released within ``quantum + grace`` of its grant is
 taken back by the first event or ``advance`` at or after that deadline:
 ``Expire`` is emitted, ``quantum + grace`` charged and the token granted
-on. A later release of that token is refused (FailedPrecondition). A
-release of that token arriving before any call observed the deadline is
-still accepted, charging the whole time held.
+on. A later release of that token is accepted once and charges the GPU
+time the client measured beyond ``quantum + grace`` (debt). A release of
+that token arriving before any call observed the deadline is still
+accepted, charging the whole time held.
 
 Time-driven decisions (expiry, room or tiers changing as the window slides)
 are made by whichever call comes next; the adapter calls ``advance(now)`` at
