@@ -856,8 +856,9 @@ int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t
     return rc;
 }
 
-int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us,
-                   bool idle, int wait_ms)
+/* ReleaseToken; keep_lease asks to keep the token across an idle gap. */
+static int release_token(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us, bool idle,
+                         bool keep_lease, int wait_ms, bool *lease_kept)
 {
     rpc_call *call = new_caller_call(M_RELEASE);
     if (!call)
@@ -866,27 +867,25 @@ int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t ov
     call->request.release.used_us = used_us;
     call->request.release.overrun_us = overrun_us;
     call->request.release.idle = idle;
+    call->request.release.keep_lease = keep_lease;
     int rc = run_call(rpc, call, wait_ms);
+    if (rc == GS_RPC_OK && lease_kept)
+        *lease_kept = call->reply.release.lease_kept;
     finish_call(rpc, call, rc);
     return rc;
+}
+
+int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us,
+                   bool idle, int wait_ms)
+{
+    return release_token(rpc, token_id, used_us, overrun_us, idle, false, wait_ms, NULL);
 }
 
 int gs_rpc_release_idle_lease(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, int wait_ms,
                               bool *lease_kept)
 {
     *lease_kept = false;
-    rpc_call *call = new_caller_call(M_RELEASE);
-    if (!call)
-        return GS_RPC_UNAVAILABLE;
-    call->request.release.token_id = token_id;
-    call->request.release.used_us = used_us;
-    call->request.release.idle = true;
-    call->request.release.keep_lease = true;
-    int rc = run_call(rpc, call, wait_ms);
-    if (rc == GS_RPC_OK)
-        *lease_kept = call->reply.release.lease_kept;
-    finish_call(rpc, call, rc);
-    return rc;
+    return release_token(rpc, token_id, used_us, 0, true, true, wait_ms, lease_kept);
 }
 
 int gs_rpc_renew(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint32_t work_item_us, int wait_ms,

@@ -33,7 +33,8 @@ relative shortfall), and capacity left over by idle groups is shared in
 proportion to requests. Within a group, FIFO by wait start. Guarantees come
 before priority classes; the class orders groups within a tier.
 
-Debt. A waiting group ahead of the pace of a *contending* group (one that
+Debt. A waiting group whose work items are at least quantum_max long (it
+reported them) and that is ahead of the pace of a *contending* group (one that
 could use the GPU now: waiting and not at its limit, or one that released
 a busy slice less than quantum_min ago, whose next request is on the way)
 by more than its fair slice minus half its work item is in debt: it is
@@ -755,12 +756,16 @@ class Scheduler:
         goes to the others) until paid back, so an overrun or a work item
         longer than a slice is paid back before it is served again, and its
         long-run share stays right whatever its kernels' length."""
+        head = self._clients[next(iter(group.waiters))] if group.waiters else None
+        if head is None or head.work_item < self.config.quantum_max:
+            # Work that fits in slices is kept in proportion by the fair slice
+            # alone; holding such a group back would only idle the GPU (and
+            # delay a bursty group that used idle capacity before).
+            return False
         fair = self._fair_slice(group, usage, now, contending_only=True)
         if fair is None:
             return False
-        head = self._clients[next(iter(group.waiters))] if group.waiters else None
-        half_item = 0.5 * head.work_item if head is not None else 0.0
-        return fair - half_item < -_TIME_EPSILON
+        return fair - 0.5 * head.work_item < -_TIME_EPSILON
 
     @staticmethod
     def _order_key(group: _Group, usage: float) -> tuple[int, int, float]:
