@@ -16,7 +16,7 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
     result = Result("rpc_roundtrip", device="none (daemon round trips)")
     program = native_build.rpc_roundtrip()
     with SharingExperiment(gpu="sim") as exp:
-        group = exp.add_group("bench", request=0.5, memory="4GiB")
+        group = exp.add_group("bench", request=0.5, limit=1.0, memory="4GiB")  # uncapped: RPC cost, not pacing
         out = subprocess.run([str(program), str(exp.tokend.client_socket), "bench", group.secret, str(calls)],
                              capture_output=True, text=True, timeout=600, check=True).stdout
     series = json.loads(out)

@@ -63,7 +63,23 @@ def metrics_bar(result: dict, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir / f"{result['experiment']}.png")]
 
 
-PLOTTERS = {"share_accuracy": share_accuracy}
+def smooth_cap(result: dict, out_dir: Path) -> list[str]:
+    """Per-second share of a group capped at 30% (band: 27-33%)."""
+    points = result["details"]["timeline"]
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.axhspan(27, 33, color="tab:green", alpha=0.15, label="27-33% (target per 1 s window)")
+    ax.step([p["t"] for p in points], [p["shares"]["capped"] * 100 for p in points], where="post",
+            label="capped group, GPU time per second")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("% of each second")
+    ax.set_title(f"Smooth cap: limit 30% alone, 1 ms kernels ({result['device']})")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    return [_save(fig, out_dir / "smooth_cap_timeline.png"), *metrics_bar(result, out_dir)]
+
+
+PLOTTERS = {"share_accuracy": share_accuracy, "smooth_cap": smooth_cap}
 
 
 def plot(result: dict, out_dir: Path) -> list[str]:

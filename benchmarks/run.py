@@ -21,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import exp_latency  # noqa: E402
 import exp_launch_overhead  # noqa: E402
 import exp_memory  # noqa: E402
 import exp_priority  # noqa: E402
@@ -28,6 +29,8 @@ import exp_rpc_roundtrip  # noqa: E402
 import exp_scale  # noqa: E402
 import exp_shares  # noqa: E402
 import exp_soak  # noqa: E402
+import exp_slices  # noqa: E402
+import exp_throughput  # noqa: E402
 import plots  # noqa: E402
 import report  # noqa: E402
 import results_io  # noqa: E402
@@ -73,6 +76,14 @@ EXPERIMENTS = {
     "startup": (lambda: exp_scale.startup(), lambda: exp_scale.startup(processes=4)),
     # The suite's short form is tests/integration/test_soak_short.py.
     "soak": (lambda: exp_soak.soak(), lambda: None),
+    # issues 8, 13, 14: no throughput tax, exact shares for long work, smooth caps, latency
+    "throughput": (lambda: exp_throughput.throughput(),
+                   lambda: exp_throughput.throughput(seconds=1.0, warmup=0.5, rounds=1, kernels_us=[1000], streams=2)),
+    "busy": (lambda: exp_slices.busy(), lambda: exp_slices.busy(seconds=1.5, warmup=0.5)),
+    "long_work": (lambda: exp_slices.long_work(),
+                  lambda: exp_slices.long_work(seconds=2.0, warmup=0.5, long_kernel_us=100_000)),
+    "smooth_cap": (lambda: exp_slices.smooth_cap(), lambda: exp_slices.smooth_cap(seconds=2.0, warmup=0.3)),
+    "latency": (lambda: exp_latency.latency(), lambda: exp_latency.latency(seconds=1.5)),
 }
 
 

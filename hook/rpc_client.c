@@ -57,6 +57,7 @@ enum rpc_method {
     M_RELEASE_MEMORY,
     M_MEMORY_INFO,
     M_CONTROL,
+    M_RENEW,
 };
 
 static const struct {
@@ -81,6 +82,8 @@ static const struct {
                        gslice_v1_GetMemoryInfoRequest_fields, gslice_v1_GetMemoryInfoReply_fields},
     [M_CONTROL] = {"/gslice.v1.ClientService/Control", gslice_v1_ControlRequest_fields,
                    gslice_v1_ControlEvent_fields},
+    [M_RENEW] = {"/gslice.v1.ClientService/RenewToken", gslice_v1_RenewTokenRequest_fields,
+                 gslice_v1_RenewTokenReply_fields},
 };
 
 typedef union rpc_request {
@@ -92,6 +95,7 @@ typedef union rpc_request {
     gslice_v1_ReleaseMemoryRequest release_memory;
     gslice_v1_GetMemoryInfoRequest memory_info;
     gslice_v1_ControlRequest control;
+    gslice_v1_RenewTokenRequest renew;
 } rpc_request;
 
 typedef union rpc_reply {
@@ -102,6 +106,7 @@ typedef union rpc_reply {
     gslice_v1_ReserveMemoryReply reserve;
     gslice_v1_ReleaseMemoryReply release_memory;
     gslice_v1_GetMemoryInfoReply memory_info;
+    gslice_v1_RenewTokenReply renew;
 } rpc_reply;
 
 typedef struct rpc_call {
@@ -276,6 +281,7 @@ static char *request_client_id(rpc_call *call)
     case M_RELEASE_MEMORY: return call->request.release_memory.client_id;
     case M_MEMORY_INFO: return call->request.memory_info.client_id;
     case M_CONTROL: return call->request.control.client_id;
+    case M_RENEW: return call->request.renew.client_id;
     case M_ATTACH: return NULL;
     }
     return NULL;
@@ -851,10 +857,17 @@ static rpc_call *new_caller_call(enum rpc_method method)
 int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint64_t *token_id,
                    uint32_t *quantum_us)
 {
+    return gs_rpc_acquire_sized(rpc, timeout_ms, wait_ms, 0, token_id, quantum_us);
+}
+
+int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
+                         uint64_t *token_id, uint32_t *quantum_us)
+{
     rpc_call *call = new_caller_call(M_ACQUIRE);
     if (!call)
         return GS_RPC_UNAVAILABLE;
     call->request.acquire.timeout_ms = timeout_ms;
+    call->request.acquire.work_item_us = work_item_us;
     int rc = run_call(rpc, call, wait_ms);
     if (rc == GS_RPC_OK) {
         if (token_id)
@@ -866,8 +879,9 @@ int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint64_t *toke
     return rc;
 }
 
-int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us,
-                   bool idle, int wait_ms)
+/* ReleaseToken; keep_lease asks to keep the token across an idle gap. */
+static int release_token(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us, bool idle,
+                         bool keep_lease, int wait_ms, bool *lease_kept)
 {
     rpc_call *call = new_caller_call(M_RELEASE);
     if (!call)
@@ -876,7 +890,42 @@ int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t ov
     call->request.release.used_us = used_us;
     call->request.release.overrun_us = overrun_us;
     call->request.release.idle = idle;
+    call->request.release.keep_lease = keep_lease;
     int rc = run_call(rpc, call, wait_ms);
+    if (rc == GS_RPC_OK && lease_kept)
+        *lease_kept = call->reply.release.lease_kept;
+    finish_call(rpc, call, rc);
+    return rc;
+}
+
+int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint64_t overrun_us,
+                   bool idle, int wait_ms)
+{
+    return release_token(rpc, token_id, used_us, overrun_us, idle, false, wait_ms, NULL);
+}
+
+int gs_rpc_release_idle_lease(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, int wait_ms,
+                              bool *lease_kept)
+{
+    *lease_kept = false;
+    return release_token(rpc, token_id, used_us, 0, true, true, wait_ms, lease_kept);
+}
+
+int gs_rpc_renew(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint32_t work_item_us, int wait_ms,
+                 uint64_t *new_token_id, uint32_t *quantum_us)
+{
+    *new_token_id = 0;
+    rpc_call *call = new_caller_call(M_RENEW);
+    if (!call)
+        return GS_RPC_UNAVAILABLE;
+    call->request.renew.token_id = token_id;
+    call->request.renew.used_us = used_us;
+    call->request.renew.work_item_us = work_item_us;
+    int rc = run_call(rpc, call, wait_ms);
+    if (rc == GS_RPC_OK && call->reply.renew.renewed) {
+        *new_token_id = call->reply.renew.token_id;
+        *quantum_us = call->reply.renew.quantum_us;
+    }
     finish_call(rpc, call, rc);
     return rc;
 }

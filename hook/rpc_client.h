@@ -81,6 +81,18 @@ int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms,
                    uint64_t *token_id, uint32_t *quantum_us);
 int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us,
                    uint64_t overrun_us, bool idle, int wait_ms);
+/* AcquireToken telling the daemon the longest work item (kernel, graph) this
+ * process submits, so the quantum covers it (0: unknown). */
+int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
+                         uint64_t *token_id, uint32_t *quantum_us);
+/* Idle release that keeps the token as a lease while nobody else waits;
+ * *lease_kept says whether the daemon kept it (then token_id is still held). */
+int gs_rpc_release_idle_lease(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, int wait_ms,
+                              bool *lease_kept);
+/* RenewToken: *new_token_id is the fresh slice's token, or 0 when the daemon
+ * did not renew (token_id is still held then; release it as usual). */
+int gs_rpc_renew(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, uint32_t work_item_us, int wait_ms,
+                 uint64_t *new_token_id, uint32_t *quantum_us);
 int gs_rpc_reserve(gs_rpc *rpc, uint64_t bytes, int wait_ms,
                    bool *granted, uint64_t *used, uint64_t *quota);
 int gs_rpc_release_memory(gs_rpc *rpc, uint64_t bytes, int wait_ms,

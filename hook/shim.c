@@ -98,8 +98,8 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
         return;
     }
     uint32_t closing = tls_launches_armed;
-    /* Long kernels: wait for the earlier work first, then pass the gate, so
-     * a slice that ended during the wait does not get one more kernel. */
+    /* Long kernels: pace the submission and wrap the slice up if the kernel
+     * would not fit, then pass the gate (see token_gate.h). */
     if (same_slice) {
         int mode = gs_capture_relax();   /* its event waits must not break another thread's capture */
         gs_gate_checkpoint_before_launch(g);
@@ -107,8 +107,12 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
     }
     gs_gate_enter(g, ctx, t);
     tls_launches_armed = t->launches;
-    t->checkpoint = same_slice;      /* the countdown ran out in this slice */
-    t->launches = closing ? closing : 1;
+    /* A checkpoint after every slow-path launch: when the countdown ran out
+     * (closing the launches since the last one) and for the first launch of
+     * a slice, so the slice's work is tracked from its first kernel (the
+     * handoff and the pacing need to know what is queued). */
+    t->checkpoint = true;
+    t->launches = same_slice && closing ? closing : 1;
 }
 
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)

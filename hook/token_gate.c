@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "token_gate.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -24,10 +25,20 @@ gs_gate *gs_fast_gate = &gs_gate_closed;
 __thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec"))) = UINT32_MAX;
 __thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
 
+/* Set when this thread's next checkpoint closes an interval during which the
+ * GPU never ran dry (the previous checkpoint was still pending). */
+static __thread bool tls_contiguous __attribute__((tls_model("initial-exec")));
+
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
 /* AcquireToken: the daemon's wait, and ours a little longer. */
 enum { ACQUIRE_TIMEOUT_MS = 10000, ACQUIRE_WAIT_MS = 12000, RELEASE_WAIT_MS = 5000 };
+/* RenewToken goes out this long (plus two kernels) before the quantum ends:
+ * a round trip from C is ~0.3-3 ms here, and the queue must not run dry. */
+#define RENEW_LEAD_NS 3000000ull
+/* Release this long before a handed-over slice's last long kernel ends: the
+ * release, the next grant and its first submission take about that long. */
+#define HANDOFF_LEAD_NS 1000000ull
 enum { GRPC_DEADLINE_EXCEEDED = 4 };
 
 uint32_t gs_gate_next_generation(void)
@@ -94,21 +105,28 @@ static uint64_t idle_period_ns(gs_gate *g)
 
 static bool newest_pending_locked(gs_gate *g);
 
+/* newest_pending_locked from a thread without the context (the keeper):
+ * push the checkpoint's context around the query. */
+static bool newest_pending_any_thread_locked(gs_gate *g)
+{
+    if (g->queue_count == 0 || !gs_cu.cuEventQuery)
+        return false;
+    CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
+    CUcontext popped;
+    bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+    bool busy = newest_pending_locked(g);
+    if (pushed)
+        gs_cu.cuCtxPopCurrent(&popped);
+    return busy;
+}
+
 /* Is GPU work this process queued still running? (The newest checkpoint not
  * reached.) A busy checkpoint lock means a launch is waiting on it: busy. */
 static bool gpu_work_outstanding(gs_gate *g)
 {
     if (pthread_mutex_trylock(&g->checkpoint_mu) != 0)
         return true;
-    bool busy = false;
-    if (g->queue_count > 0 && gs_cu.cuEventQuery) {
-        CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
-        CUcontext popped;
-        bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
-        busy = newest_pending_locked(g);
-        if (pushed)
-            gs_cu.cuCtxPopCurrent(&popped);
-    }
+    bool busy = newest_pending_any_thread_locked(g);
     pthread_mutex_unlock(&g->checkpoint_mu);
     return busy;
 }
@@ -158,9 +176,10 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
     g->revoke_pending = token_id != 0 && g->revoked_before_grant == token_id;
     g->revoked_before_grant = 0;
     g->token_lost = false;
+    g->wrap_up = false;
+    g->renew_refused = false;
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
-    atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
     pthread_cond_signal(&g->keeper_wake);
     pthread_cond_broadcast(&g->changed);
 }
@@ -205,6 +224,14 @@ static void handle_daemon_loss_locked(gs_gate *g, int rc)
     pthread_cond_broadcast(&g->changed);
 }
 
+/* The longest work item this process submits, for tokend's quanta: the
+ * measured GPU time per launch when kernels are long, else 0 (unknown). */
+static uint32_t work_item_us(gs_gate *g)
+{
+    uint32_t gpu_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    return gpu_us >= GS_GATE_LONG_KERNEL_US ? gpu_us : 0;
+}
+
 /* This thread becomes the one that asks tokend; mu held on entry and exit. */
 static void acquire_locked(gs_gate *g)
 {
@@ -213,7 +240,8 @@ static void acquire_locked(gs_gate *g)
     pthread_mutex_unlock(&g->mu);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
-    int rc = gs_rpc_acquire(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, &token_id, &quantum_us);
+    int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, work_item_us(g), &token_id,
+                                  &quantum_us);
     pthread_mutex_lock(&g->mu);
     if (g->state != GS_GATE_ACQUIRING) {
         /* fork or stop reset the gate underneath us: start over. */
@@ -226,6 +254,7 @@ static void acquire_locked(gs_gate *g)
             g->loss_logged = false;
         }
         open_slice_locked(g, token_id, quantum_us);
+        atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
         GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
         return;
     }
@@ -257,10 +286,18 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
     for (;;) {
-        if ((g->state == GS_GATE_HOLDING && !g->revoke_pending) || g->state == GS_GATE_UNMETERED) {
+        if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) ||
+            g->state == GS_GATE_UNMETERED) {
             remember_context_locked(g, ctx);
             gs_tls_generation = atomic_load_explicit(&g->open, memory_order_relaxed);
             break;
+        }
+        tls_contiguous = false;   /* waiting for the gate: the GPU may run dry meanwhile */
+        if (g->state == GS_GATE_LEASED && !g->revoke_pending && !g->stopping) {
+            /* The token was kept across the idle gap: a new slice, no RPC. */
+            open_slice_locked(g, g->token_id, g->quantum_us);
+            atomic_fetch_add_explicit(&g->n_lease_resumes, 1, memory_order_relaxed);
+            continue;
         }
         if (g->state == GS_GATE_NO_TOKEN && !g->stopping)
             acquire_locked(g);
@@ -278,6 +315,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     t->launches = (uint32_t)interval;
 }
 
+
 /* Wait for everything the slice queued: push each context it launched in. */
 static void synchronise_contexts(CUcontext *ctxs, int n)
 {
@@ -294,7 +332,7 @@ static void synchronise_contexts(CUcontext *ctxs, int n)
     }
 }
 
-/* cuda7 (stream capture): the newest checkpoint event was recorded in a
+/* Stream capture: the newest checkpoint event was recorded in a
  * stream that was not capturing, so waiting for it is allowed (the keeper
  * runs in RELAXED capture mode). */
 static void wait_newest_checkpoint(gs_gate *g)
@@ -313,6 +351,29 @@ static void wait_newest_checkpoint(gs_gate *g)
     pthread_mutex_unlock(&g->checkpoint_mu);
 }
 
+static void sleep_until_ns(uint64_t deadline_ns);
+
+/* Handoff without idle GPU: a slice handed to someone else is released as
+ * soon as the gate is closed, while its last work still runs, so the next
+ * holder's grant and first submission overlap it. What is queued is already
+ * bounded (checkpoints: ~2 ms of short kernels; pacing: a long kernel and
+ * its feed-ahead); with long kernels the release waits until the last one
+ * is within the handoff lead of its estimated end. The tail runs at the
+ * start of the next slice and is charged to it: handoffs go both ways, so
+ * the tails even out. */
+static void wait_for_handoff_point(gs_gate *g, bool preempted)
+{
+    if (!gs_cu.cuEventQuery || preempted)
+        return;   /* preempted: the waiter's work queues behind the tail anyway; grant it now */
+    pthread_mutex_lock(&g->checkpoint_mu);
+    bool pending = newest_pending_any_thread_locked(g);
+    uint64_t queued_end = g->newest_end_ns;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    if (pending && kernel_us >= GS_GATE_LONG_KERNEL_US && queued_end > monotonic_ns() + HANDOFF_LEAD_NS)
+        sleep_until_ns(queued_end - HANDOFF_LEAD_NS);
+}
+
 /* Close the gate, wait for the slice's work, release the token. */
 static void end_slice_locked(gs_gate *g, bool idle)
 {
@@ -325,6 +386,7 @@ static void end_slice_locked(gs_gate *g, bool idle)
     uint64_t token_id = g->token_id, grant_ns = g->grant_ns;
     uint64_t quantum_us = g->quantum_us;
     bool lost = g->token_lost;
+    bool preempted = g->revoke_pending;
     pthread_mutex_unlock(&g->mu);
 
     /* A thread that passed the fast path just before the close is still
@@ -333,18 +395,30 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (uncharged) in the next holder's slice. A launch call takes a few us. */
     struct timespec quiesce = {0, 20000};
     nanosleep(&quiesce, NULL);
-    /* cuda7 (stream capture): cuCtxSynchronize would wait on a capturing
-     * stream (refused, and from a GLOBAL-mode thread it invalidates the
-     * capture): while one is active, wait for the newest checkpoint only. */
+    /* Stream capture: cuCtxSynchronize would wait on a capturing stream
+     * (refused, and from a GLOBAL-mode thread it invalidates the capture):
+     * while one is active, wait for the newest checkpoint only. */
     gs_capture_thread_relaxed();
-    if (gs_capture_any())
-        wait_newest_checkpoint(g);
-    else
-        synchronise_contexts(ctxs, n);
-    uint64_t used_us = (monotonic_ns() - grant_ns) / 1000ull;
+    if (idle || lost) {
+        if (gs_capture_any())
+            wait_newest_checkpoint(g);
+        else
+            synchronise_contexts(ctxs, n);
+    } else {
+        wait_for_handoff_point(g, preempted);
+    }
+    uint64_t end_ns = monotonic_ns();
+    /* A renewed slice starts where the previous one's queued work ends,
+     * which may still lie ahead when it ends at once. */
+    uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
     uint64_t overrun_us = used_us > quantum_us ? used_us - quantum_us : 0;
+    bool lease = false;
     if (!lost) {
-        int rc = gs_rpc_release(g->rpc, token_id, used_us, overrun_us, idle, RELEASE_WAIT_MS);
+        int rc;
+        if (idle)
+            rc = gs_rpc_release_idle_lease(g->rpc, token_id, used_us, RELEASE_WAIT_MS, &lease);
+        else
+            rc = gs_rpc_release(g->rpc, token_id, used_us, overrun_us, false, RELEASE_WAIT_MS);
         if (rc != GS_RPC_OK)
             GS_DEBUG("ReleaseToken(%llu) returned %d (%s); tokend reclaims it itself",
                      (unsigned long long)token_id, rc, gs_rpc_last_error());
@@ -359,6 +433,87 @@ static void end_slice_locked(gs_gate *g, bool idle)
         atomic_fetch_add_explicit(&g->n_idle, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->used_us_total, used_us, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->overrun_us_total, overrun_us, memory_order_relaxed);
+    if (g->state == GS_GATE_RELEASING && lease && !g->token_lost) {
+        /* Kept as a lease; a Revoke that raced the reply is still pending
+         * and makes the keeper give it back. */
+        g->state = GS_GATE_LEASED;
+    } else {
+        if (g->state == GS_GATE_RELEASING)
+            g->state = GS_GATE_NO_TOKEN;
+        g->revoke_pending = false;
+        g->token_lost = false;
+    }
+    pthread_cond_broadcast(&g->changed);
+}
+
+/* Quantum over (or a long kernel would not fit): ask tokend to renew the
+ * slice while the gate stays open; end it when tokend says no. */
+static uint64_t renew_lead_ns(gs_gate *g, uint64_t deadline)
+{
+    uint64_t lead = RENEW_LEAD_NS + 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint64_t half = (deadline - g->grant_ns) / 2;
+    return lead < half ? lead : half;
+}
+
+static void renew_or_end_slice_locked(gs_gate *g, bool due)
+{
+    if (g->token_lost || g->stopping || !g->rpc || g->renew_refused) {
+        end_slice_locked(g, false);   /* (tokend already said others wait) */
+        return;
+    }
+    uint64_t token_id = g->token_id;
+    uint64_t now = monotonic_ns();
+    /* The slice so far includes the long kernel still queued in it. */
+    uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
+    uint64_t until = queued_end > now ? queued_end : now;
+    uint64_t used_us = until > g->grant_ns ? (until - g->grant_ns) / 1000ull : 0;
+    uint32_t work = work_item_us(g);
+    pthread_mutex_unlock(&g->mu);
+    uint64_t new_token = 0;
+    uint32_t quantum_us = 0;
+    int rc = gs_rpc_renew(g->rpc, token_id, used_us, work, RELEASE_WAIT_MS, &new_token, &quantum_us);
+    pthread_mutex_lock(&g->mu);
+    if (g->state != GS_GATE_HOLDING || g->token_id != token_id)
+        return; /* fork, stop or a lost connection changed the gate meanwhile */
+    if (rc == GS_RPC_OK && new_token != 0 && !g->revoke_pending) {
+        g->token_id = new_token;
+        g->quantum_us = quantum_us ? quantum_us : 1000;
+        g->grant_ns = until;
+        g->wrap_up = false;
+        g->renew_refused = false;
+        g->revoke_pending = g->revoked_before_grant == new_token;
+        g->revoked_before_grant = 0;
+        atomic_fetch_add_explicit(&g->n_renewals, 1, memory_order_relaxed);
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
+    if (rc != GS_RPC_OK)
+        GS_DEBUG("RenewToken(%llu) returned %d (%s); ending the slice", (unsigned long long)token_id, rc,
+                 gs_rpc_last_error());
+    GS_DEBUG("token %llu not renewed (due %d, wrap-up %d, revoked %d)", (unsigned long long)token_id, due,
+             g->wrap_up, g->revoke_pending);
+    if (!due && rc == GS_RPC_OK && !g->revoke_pending && !g->wrap_up) {
+        g->renew_refused = true;   /* others wait: use the rest of the slice, then hand over */
+        return;
+    }
+    end_slice_locked(g, false);
+}
+
+/* A lease taken back (or its connection gone): give it back unused. */
+static void return_lease_locked(gs_gate *g)
+{
+    uint64_t token_id = g->token_id;
+    bool lost = g->token_lost;
+    g->state = GS_GATE_RELEASING;
+    pthread_mutex_unlock(&g->mu);
+    if (!lost) {
+        int rc = gs_rpc_release(g->rpc, token_id, 0, 0, false, RELEASE_WAIT_MS);
+        if (rc != GS_RPC_OK)
+            GS_DEBUG("ReleaseToken(%llu) of a lease returned %d (%s)", (unsigned long long)token_id, rc,
+                     gs_rpc_last_error());
+    }
+    pthread_mutex_lock(&g->mu);
+    atomic_fetch_add_explicit(&g->n_released, 1, memory_order_relaxed);
     if (g->state == GS_GATE_RELEASING)
         g->state = GS_GATE_NO_TOKEN;
     g->revoke_pending = false;
@@ -369,7 +524,7 @@ static void end_slice_locked(gs_gate *g, bool idle)
 static void *keeper_main(void *arg)
 {
     gs_gate *g = arg;
-    gs_capture_thread_relaxed();   /* cuda7: its calls never invalidate a capture */
+    gs_capture_thread_relaxed();   /* its calls never invalidate a capture */
     pthread_mutex_lock(&g->mu);
     while (!g->stopping) {
         if (g->service_requested && g->service) {
@@ -382,8 +537,16 @@ static void *keeper_main(void *arg)
         uint64_t now = monotonic_ns();
         if (g->state == GS_GATE_HOLDING) {
             uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
-            if (g->revoke_pending || now >= deadline) {
+            if (g->revoke_pending) {
+                GS_DEBUG("token %llu: revoked, ending the slice", (unsigned long long)g->token_id);
                 end_slice_locked(g, false);
+                continue;
+            }
+            /* Renew a little ahead, so the reply is back before the queued
+             * work runs out; when tokend says no, the slice runs to its end. */
+            uint64_t renew_at = deadline - renew_lead_ns(g, deadline);
+            if (now >= deadline || g->wrap_up || (now >= renew_at && !g->renew_refused)) {
+                renew_or_end_slice_locked(g, now >= deadline || g->wrap_up);
                 continue;
             }
             if (now >= g->next_idle_check_ns) {
@@ -396,8 +559,8 @@ static void *keeper_main(void *arg)
                 atomic_store_explicit(&g->activity, 0, memory_order_relaxed);
                 g->next_idle_check_ns = now + idle_period_ns(g);
             }
-            wait_until_ns(&g->keeper_wake, &g->mu,
-                          deadline < g->next_idle_check_ns ? deadline : g->next_idle_check_ns);
+            uint64_t wake = g->renew_refused ? deadline : renew_at;
+            wait_until_ns(&g->keeper_wake, &g->mu, wake < g->next_idle_check_ns ? wake : g->next_idle_check_ns);
         } else if (g->state == GS_GATE_UNMETERED) {
             pthread_mutex_unlock(&g->mu);
             bool attached = gs_rpc_wait_attached(g->rpc, 0, NULL);
@@ -412,6 +575,8 @@ static void *keeper_main(void *arg)
                 continue;
             }
             wait_until_ns(&g->keeper_wake, &g->mu, now + 200000000ull);
+        } else if (g->state == GS_GATE_LEASED && (g->revoke_pending || g->token_lost)) {
+            return_lease_locked(g);
         } else {
             pthread_cond_wait(&g->keeper_wake, &g->mu);
         }
@@ -425,11 +590,15 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
 {
     pthread_mutex_lock(&g->mu);
     atomic_fetch_add_explicit(&g->n_revokes, 1, memory_order_relaxed);
-    if (g->state == GS_GATE_HOLDING && g->token_id == token_id) {
+    if ((g->state == GS_GATE_HOLDING || g->state == GS_GATE_LEASED || g->state == GS_GATE_RELEASING) &&
+        g->token_id == token_id) {
         g->revoke_pending = true;
+        /* Stop submitting at once: the keeper drains and releases. */
+        if (g->state == GS_GATE_HOLDING)
+            atomic_store_explicit(&g->open, 0, memory_order_release);
         pthread_cond_signal(&g->keeper_wake);
-    } else if (g->state == GS_GATE_ACQUIRING) {
-        g->revoked_before_grant = token_id;
+    } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {
+        g->revoked_before_grant = token_id;   /* a grant or renewal still on its way */
     }
     pthread_mutex_unlock(&g->mu);
 }
@@ -437,7 +606,7 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
 void gs_gate_on_connection_lost(gs_gate *g)
 {
     pthread_mutex_lock(&g->mu);
-    if (g->state == GS_GATE_HOLDING) {
+    if (g->state == GS_GATE_HOLDING || g->state == GS_GATE_LEASED) {
         /* The daemon forgot this client's token with the connection. */
         g->token_lost = true;
         g->revoke_pending = true;
@@ -504,9 +673,6 @@ static void wait_oldest_locked(gs_gate *g)
     complete_oldest_locked(g);
 }
 
-/* Set when this thread's next checkpoint closes an interval during which the
- * GPU never ran dry (the previous checkpoint was still pending). */
-static __thread bool tls_contiguous __attribute__((tls_model("initial-exec")));
 
 static bool newest_pending_locked(gs_gate *g)
 {
@@ -516,17 +682,49 @@ static bool newest_pending_locked(gs_gate *g)
     return gs_cu.cuEventQuery(newest->event) == CUDA_ERROR_NOT_READY;
 }
 
+static void sleep_until_ns(uint64_t deadline_ns)
+{
+    if (deadline_ns <= monotonic_ns())
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
 void gs_gate_checkpoint_before_launch(gs_gate *g)
 {
-    if (atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) < GS_GATE_LONG_KERNEL_US ||
-        !gs_cu.cuEventSynchronize)
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    if (kernel_us < GS_GATE_LONG_KERNEL_US || !gs_cu.cuEventQuery)
         return;
+    uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;
     pthread_mutex_lock(&g->checkpoint_mu);
-    if (newest_pending_locked(g))
-        tls_contiguous = true;
-    while (g->queue_count > 0)
-        wait_oldest_locked(g);
+    bool pending = newest_pending_locked(g);
+    uint64_t queued_end = g->newest_end_ns;
     pthread_mutex_unlock(&g->checkpoint_mu);
+    uint64_t now = monotonic_ns();
+    if (!pending || queued_end < now)
+        queued_end = now;
+    /* Wrap-up: this kernel would end well past the slice's quantum. */
+    pthread_mutex_lock(&g->mu);
+    if (g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) {
+        uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
+        if (queued_end + kernel_ns > deadline + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION) {
+            g->wrap_up = true;
+            atomic_fetch_add_explicit(&g->n_wrap_ups, 1, memory_order_relaxed);
+            pthread_cond_signal(&g->keeper_wake);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!pending)
+        return;
+    /* Pace: submit when the running kernel is within the feed-ahead margin
+     * of its end, so the GPU stays fed and at most about one kernel is
+     * queued past a closing gate. */
+    tls_contiguous = true;
+    uint64_t ahead = GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
+    if (queued_end > now + ahead)
+        sleep_until_ns(queued_end - ahead);
 }
 
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches)
@@ -549,6 +747,8 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     tls_contiguous = false;
     while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
         wait_oldest_locked(g);
+    /* Earlier work done: this launch's kernel is running or about to. */
+    g->newest_end_ns = monotonic_ns() + (uint64_t)atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) * 1000ull;
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {
@@ -603,8 +803,10 @@ void gs_gate_fork_child(gs_gate *g)
     g->keeper_running = false;
     g->service_requested = false;
     g->revoke_pending = false;
+    g->wrap_up = false;
     g->token_lost = false;
     g->revoked_before_grant = 0;
+    g->newest_end_ns = 0;
     g->n_contexts = 0;
     g->loss_logged = false;
     memset(g->checkpoints, 0, sizeof g->checkpoints);
@@ -637,6 +839,9 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->used_us = atomic_load(&g->used_us_total);
     out->overrun_us = atomic_load(&g->overrun_us_total);
     out->daemon_losses = atomic_load(&g->n_losses);
+    out->renewals = atomic_load(&g->n_renewals);
+    out->lease_resumes = atomic_load(&g->n_lease_resumes);
+    out->wrap_ups = atomic_load(&g->n_wrap_ups);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

@@ -10,9 +10,27 @@
  * (~1 ms of GPU time each) are queued past the token.
  *
  * A per-gate "keeper" thread ends slices: at quantum expiry, on a Revoke
- * from tokend, or when no launch happened for max(2 ms, quantum/4) (idle).
- * It closes the gate, synchronises every context that launched in the
- * slice, and releases the token with the GPU time really used. */
+ * from tokend, or when no launch happened for a while (idle). At quantum
+ * expiry it first asks tokend to renew the slice (RenewToken): when nobody
+ * else would be served the slice goes on with the gate open, no drain, no
+ * gap. Otherwise it closes the gate, synchronises every context that
+ * launched in the slice, and releases the token with the GPU time really
+ * used. An idle release keeps the token as a lease while nobody waits: the
+ * next burst reopens the gate locally, with no round trip; tokend takes a
+ * lease back with a Revoke when someone asks.
+ *
+ * Long kernels (>= GS_GATE_LONG_KERNEL_US of GPU time each) are paced: the
+ * next one is submitted when the running one is within its feed-ahead
+ * margin of its estimated end, so the GPU never waits for a submission and
+ * a closing gate leaves about one kernel queued. A long kernel that would
+ * end well past the slice's quantum is not started in it: the slice is
+ * renewed or ended first ("wrap-up").
+ *
+ * API for other launch routes (e.g. cuGraphLaunch): call
+ * gs_gate_checkpoint_before_launch(g) then gs_gate_enter(g, ctx, &ticket)
+ * before the launch, and gs_gate_checkpoint(g, stream, ptsz, launches) after
+ * a successful one when ticket.checkpoint is set (hook/shim.c does this as
+ * gs_launch_begin / gs_launch_end for every launch of stream S). */
 #ifndef GSLICE_TOKEN_GATE_H
 #define GSLICE_TOKEN_GATE_H
 
@@ -38,6 +56,11 @@ struct gs_rpc;
  * most one kernel to drain (a preempting client waits one kernel, not
  * three), at the price of one launch latency per kernel. */
 #define GS_GATE_LONG_KERNEL_US 500
+/* Pacing of long kernels: submit the next one this long before the running
+ * one's estimated end (covers the submission latency) ... */
+#define GS_GATE_FEED_AHEAD_US 300
+/* ... plus this fraction of a kernel (duration estimates are approximate). */
+#define GS_GATE_FEED_AHEAD_FRACTION 4
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -45,6 +68,7 @@ enum gs_gate_state {
     GS_GATE_HOLDING = 2,
     GS_GATE_RELEASING = 3,
     GS_GATE_UNMETERED = 4,   /* tokend lost and GSLICE_ON_DAEMON_LOSS=open */
+    GS_GATE_LEASED = 5,      /* token kept across an idle gap; gate closed until the next launch */
 };
 
 typedef struct gs_checkpoint {
@@ -66,6 +90,9 @@ typedef struct gs_gate_stats {
     uint64_t used_us;
     uint64_t overrun_us;
     uint64_t daemon_losses;
+    uint64_t renewals;
+    uint64_t lease_resumes;
+    uint64_t wrap_ups;
     int32_t interval;
     int state;
     uint32_t quantum_us;
@@ -87,6 +114,8 @@ typedef struct gs_gate {
     uint64_t grant_ns;
     uint64_t next_idle_check_ns;
     bool revoke_pending;
+    bool wrap_up;                  /* a long kernel would not fit: renew or end the slice now */
+    bool renew_refused;            /* tokend would not renew this slice: hand over at its end */
     bool token_lost;               /* connection dropped: release without RPC */
     uint64_t revoked_before_grant; /* a Revoke that raced ahead of its grant */
     bool stopping;
@@ -113,9 +142,10 @@ typedef struct gs_gate {
     int queue[GS_GATE_CHECKPOINTS];
     int queue_head, queue_count;
     int last_done;                 /* index of the last completed checkpoint, -1 none */
+    uint64_t newest_end_ns;        /* long kernels: estimated end of the newest one queued */
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
-        n_slow, used_us_total, overrun_us_total, n_losses;
+        n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate
@@ -154,7 +184,8 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
 /* After a successful launch whose countdown ran out. */
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches);
-/* Before a checkpointed launch: with long kernels, wait for all earlier work. */
+/* Before a checkpointed launch: with long kernels, pace the submission (see
+ * above) and wrap the slice up when the kernel would not fit in it. */
 void gs_gate_checkpoint_before_launch(gs_gate *g);
 
 /* Called from the rpc I/O thread (short, never call gs_rpc_*). */

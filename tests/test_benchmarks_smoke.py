@@ -18,7 +18,7 @@ def test_benchmark_smoke_run_writes_results(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     written = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
     expected = {"micro", "launch_overhead", "rpc_roundtrip", "share_accuracy", "memory_races",
-                "memory_kill_reclaim", "startup"}
+                "memory_kill_reclaim", "startup", "throughput", "busy", "long_work", "smooth_cap", "latency"}
     assert expected <= set(written), f"missing results: {expected - set(written)}"
     for name, result in written.items():
         assert result["metrics"], f"{name} has no figures"

@@ -21,11 +21,13 @@ class ClientService:
         return client_pb2.DetachReply()
 
     async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
-        return await self._coordinator.acquire(request.client_id, request.timeout_ms)
+        return await self._coordinator.acquire(request.client_id, request.timeout_ms, request.work_item_us)
 
     async def ReleaseToken(self, request: client_pb2.ReleaseTokenRequest, context) -> client_pb2.ReleaseTokenReply:
-        self._coordinator.release_token(request)
-        return client_pb2.ReleaseTokenReply()
+        return self._coordinator.release_token(request)
+
+    async def RenewToken(self, request: client_pb2.RenewTokenRequest, context) -> client_pb2.RenewTokenReply:
+        return self._coordinator.renew_token(request)
 
     async def ReserveMemory(self, request: client_pb2.ReserveMemoryRequest, context) -> client_pb2.ReserveMemoryReply:
         return self._coordinator.reserve_memory(request.client_id, request.bytes)

@@ -158,6 +158,8 @@ class Coordinator:
         self._arm_timer()
 
     def _on_grant(self, grant: Grant) -> None:
+        if grant.renewed:
+            return  # the answer to the holder's own RenewToken (see renew_token)
         session = self.sessions.get(grant.client_id)
         waiter = session.pending_grant if session else None
         if waiter is None or waiter.done():
@@ -321,7 +323,7 @@ class Coordinator:
                      session.public_id, session.group, session.pid, reason, freed)
         return True
 
-    async def acquire(self, client_id: str, timeout_ms: int) -> client_pb2.AcquireTokenReply:
+    async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0) -> client_pb2.AcquireTokenReply:
         session = self.session(client_id)
         if session.pending_grant is not None:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
@@ -332,7 +334,7 @@ class Coordinator:
         session.requested_at = time.monotonic()
         granted = False
         try:
-            self._core(self.scheduler.request, client_id)
+            self._core(self.scheduler.request, client_id, work_item=work_item_us / 1e6 if work_item_us else None)
             try:
                 # Uncontended: granted inside request(); skip the timer machinery.
                 grant = waiter.result() if waiter.done() else await asyncio.wait_for(asyncio.shield(waiter), timeout)
@@ -360,10 +362,25 @@ class Coordinator:
         except Exception as exc:  # e.g. the core never queued it because request() raised
             log.debug("cancel of %s's wait: %s", self.sessions[client_id].public_id, exc)
 
-    def release_token(self, request: client_pb2.ReleaseTokenRequest) -> None:
+    def release_token(self, request: client_pb2.ReleaseTokenRequest) -> client_pb2.ReleaseTokenReply:
         self.session(request.client_id)
         self._core(self.scheduler.release, request.client_id, request.token_id, request.used_us / 1e6,
-                   idle=request.idle)
+                   idle=request.idle, keep_lease=request.keep_lease)
+        return client_pb2.ReleaseTokenReply(
+            lease_kept=request.keep_lease and self.scheduler.holds_lease(request.client_id, request.token_id))
+
+    def renew_token(self, request: client_pb2.RenewTokenRequest) -> client_pb2.RenewTokenReply:
+        session = self.session(request.client_id)
+        work_item = request.work_item_us / 1e6 if request.work_item_us else None
+        decisions = self.scheduler.renew(request.client_id, request.token_id, request.used_us / 1e6,
+                                         time.monotonic(), work_item=work_item)
+        self._apply(decisions)
+        for decision in decisions:
+            if isinstance(decision, Grant) and decision.renewed:
+                self.metrics.tokens_granted.labels(session.group).inc()
+                return client_pb2.RenewTokenReply(renewed=True, token_id=decision.token_id,
+                                                  quantum_us=max(1, round(decision.quantum * 1e6)))
+        return client_pb2.RenewTokenReply(renewed=False)
 
     def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
         session = self.session(client_id)

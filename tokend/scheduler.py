@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Sans-I/O, in the style of h11's ``_state.py``: events go in (``attach``,
-``request``, ``release``, ``advance`` ...), each with the current time
+``request``, ``release``, ``renew``, ``advance`` ...), each with the current time
 ``now`` (float seconds, monotonic); decisions come out as a list of
 ``Grant`` / ``Revoke`` / ``Expire``. No clocks, sockets, threads, logging or
 randomness live here, so every rule is testable with plain floats. Time never
@@ -16,7 +16,9 @@ group's *usage* is the charged time inside the sliding window
 ``(now - window, now]``, the current holder's time counting as it accrues
 (up to its deadline, past which an expiry charges no more); *share* =
 usage / window. A release charges ``max(now - grant, used)`` as
-the interval ending at ``now``; an expiry charges ``quantum + grace``.
+the interval ending at ``now``; an expiry charges ``quantum + grace``, and
+the late release that follows charges what the client measured beyond
+that (nothing is left uncharged, whatever the kernels' length).
 Intervals of one group never overlap: a charge reaching back before the
 group's previous interval keeps the excess as a point charge at its end.
 Intervals that left the window are dropped, so memory is bounded by the
@@ -31,16 +33,36 @@ relative shortfall), and capacity left over by idle groups is shared in
 proportion to requests. Within a group, FIFO by wait start. Guarantees come
 before priority classes; the class orders groups within a tier.
 
-Limit. A group with limit >= 1 is never capped. Otherwise its *room* is
-``limit*window - usage``; it is eligible only while room is at least the
-quantum its head-of-line client would get (its adapted quantum, or the whole
-cap if that is smaller). A capped group waits for room even if the GPU idles
-(limit is a cap); waiting for a full quantum rather than for
-``quantum_min`` keeps a capped group from being fed a stream of tiny
-slices. Otherwise the core is work-conserving: every event that frees the
-token grants it at once if anyone eligible waits.
+Debt. A waiting group whose work items are at least quantum_max long (it
+reported them) and that is ahead of the pace of a *contending* group (one that
+could use the GPU now: waiting and not at its limit, or one that released
+a busy slice less than quantum_min ago, whose next request is on the way)
+by more than its fair slice minus half its work item is in debt: it is
+served only when no eligible waiter is out of debt and no such contending
+group is about to ask. An overrun, a late release or a work item longer
+than a slice is so paid back before the group is served again, and a
+group with 1 s kernels beside one with 1 ms kernels keeps its share: its
+lead oscillates around zero instead of growing.
 
-Quantum. Each client starts at ``quantum_max`` (a new client is assumed
+Limit. A group with limit >= 1 is never capped. Otherwise it holds over two
+periods. Window: its *room* is ``limit*window - usage``; it is eligible
+only while room covers what its head-of-line client needs (quantum_min
+plus its work item with smooth caps on; else its whole adapted quantum,
+which keeps it from being fed a stream of tiny slices). Smooth cap
+(``cap_period`` > 0, a GCRA): every charge of ``a`` seconds moves the
+group's ``pace_until`` to ``max(pace_until, start) + a / limit``, and it is
+not served before then; its slices are ``cap_period*limit/(1-limit)``
+long (at least quantum_min, at least its work item), so a group at its
+limit pauses about cap_period between slices, and over any interval T it
+gets at most ``limit*T`` plus one slice. A capped group waits even if the
+GPU idles (limit is a cap); it never keeps a lease and is never renewed
+(its pause must happen). Otherwise the core is work-conserving: every
+event that frees the token grants it at once if anyone eligible waits.
+
+Quantum. A client may report its *work item* (``request``/``renew``
+``work_item``): the longest single piece of GPU work it submits (a kernel,
+a CUDA graph). Its slices are then at least ``work_item + quantum_min``, so
+long work does not expire under its token. Each client starts at ``quantum_max`` (a new client is assumed
 busy; it shrinks within a few slices if not). An idle release moves it half
 way toward twice what the slice really used (0.5 x 2 x used + 0.5 x
 previous: Gemini's rule, with headroom so a burst fits in one slice); a release that used at least 90% of the granted quantum
@@ -55,6 +77,20 @@ is what sets a 30/70 split (from the first second, not only once the window
 has filled), and the "ahead" term pays back overruns. Quanta are otherwise
 not shortened when others wait: preemption by class is the latency tool.
 
+Renew. At the end of its quantum a holder with more work asks ``renew``:
+if no one else would be served now (and its group is not capped), the slice
+is charged and a new token granted to it at once (``Grant(renewed=True)``);
+the client never stops its stream of work, so a lone tenant pays no
+time-slicing tax. Otherwise nothing changes and it releases as usual.
+
+Lease. An idle release with ``keep_lease`` while nobody waits (and the
+group is not capped) keeps the holding as a *lease*: it accrues nothing,
+has no deadline, and the client may start a new slice on its own at its
+next burst (no round trip); it then reports that slice's GPU time in its
+next ``renew``/``release`` (charged as measured). When an eligible client
+asks, the lease is taken back: ``Revoke`` is emitted and it must be
+released within ``grace`` (else it expires, charged from the Revoke on).
+
 Preemption. A waiting client preempts the holder when it would be served
 before the holder's group under the key above (so its tier is no worse than
 the holder group's tier now) and its priority class is strictly higher.
@@ -64,9 +100,10 @@ it releases or its token expires. Equal classes never preempt.
 Expiry. A token not released within ``quantum + grace`` of its grant is
 taken back by the first event or ``advance`` at or after that deadline:
 ``Expire`` is emitted, ``quantum + grace`` charged and the token granted
-on. A later release of that token is refused (FailedPrecondition). A
-release of that token arriving before any call observed the deadline is
-still accepted, charging the whole time held.
+on. A later release of that token is accepted once and charges the GPU
+time the client measured beyond ``quantum + grace`` (debt). A release of
+that token arriving before any call observed the deadline is still
+accepted, charging the whole time held.
 
 Time-driven decisions (expiry, room or tiers changing as the window slides)
 are made by whichever call comes next; the adapter calls ``advance(now)`` at
@@ -170,9 +207,13 @@ class SchedulerConfig:
     quantum_min: float = 0.005
     quantum_max: float = 0.100
     grace: float = 0.200  # token taken back after quantum + grace without release
+    # Smooth caps: the longest pause a group at its limit should see between
+    # two slices (plus one work item's overrun). 0 turns smoothing off: the
+    # limit then holds over the sliding window only (bursts, then stalls).
+    cap_period: float = 0.050
 
     def validate(self) -> None:
-        for field_name in ("window", "quantum_min", "quantum_max", "grace"):
+        for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period"):
             value = getattr(self, field_name)
             if not _is_real(value) or not math.isfinite(value):
                 raise InvalidArgument(f"{field_name} {value!r} is invalid: expected a finite number of seconds")
@@ -189,15 +230,22 @@ class SchedulerConfig:
             )
         if self.grace < 0:
             raise InvalidArgument(f"grace {self.grace} s is invalid: expected >= 0")
+        if not 0 <= self.cap_period <= self.window:
+            raise InvalidArgument(
+                f"cap_period {self.cap_period} s is invalid: expected 0 (no smoothing) .. window ({self.window} s)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """Complete this client's pending acquire: it holds token_id for quantum seconds."""
+    """Complete this client's pending acquire: it holds token_id for quantum
+    seconds. `renewed`: the answer to this client's own ``renew`` (no acquire
+    waits for it; the holder goes on without stopping)."""
 
     client_id: str
     token_id: int
     quantum: float
+    renewed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +271,8 @@ Decision = Union[Grant, Revoke, Expire]
 
 class _Group:
     __slots__ = (
-        "spec", "name", "request_usage", "capped", "cap", "priority",
-        "intervals", "charged", "waiters", "clients", "last_active",
+        "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
+        "intervals", "charged", "waiters", "clients", "last_active", "last_busy_release", "pace_until",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -235,6 +283,8 @@ class _Group:
         self.waiters: dict[str, int] = {}  # client id -> wait sequence, FIFO order
         self.clients: set[str] = set()
         self.last_active = -math.inf  # latest request, release or charge end
+        self.last_busy_release = -math.inf  # latest release that was not idle (more work follows)
+        self.pace_until = -math.inf  # smooth cap: not served again before this time
         self.set_spec(spec, window)
 
     def set_spec(self, spec: GroupSpec, window: float) -> None:
@@ -243,20 +293,22 @@ class _Group:
         self.request_usage = spec.request * window
         self.capped = spec.limit < 1.0
         self.cap = spec.limit * window
+        self.limit = spec.limit
         self.priority = int(spec.priority)
 
 
 class _Client:
-    __slots__ = ("client_id", "group", "quantum")
+    __slots__ = ("client_id", "group", "quantum", "work_item")
 
     def __init__(self, client_id: str, group: _Group, quantum: float) -> None:
         self.client_id = client_id
         self.group = group
         self.quantum = quantum
+        self.work_item = 0.0  # longest single piece of GPU work it submits (s), as it reported
 
 
 class _Holding:
-    __slots__ = ("client", "token_id", "grant_time", "quantum", "deadline", "revoked")
+    __slots__ = ("client", "token_id", "grant_time", "quantum", "deadline", "revoked", "leased", "revoked_at")
 
     def __init__(self, client: _Client, token_id: int, grant_time: float, quantum: float, grace: float) -> None:
         self.client = client
@@ -265,6 +317,8 @@ class _Holding:
         self.quantum = quantum
         self.deadline = grant_time + quantum + grace
         self.revoked = False
+        self.leased = False  # kept across an idle gap: accrues nothing until it is used or taken back
+        self.revoked_at = math.inf
 
 
 class Scheduler:
@@ -283,6 +337,9 @@ class Scheduler:
         self._clients: dict[str, _Client] = {}
         self._waiting_groups: dict[_Group, None] = {}  # groups with waiters, ordered set
         self._holding: _Holding | None = None
+        # client id -> (token id, seconds charged) of its token taken back at
+        # expiry, so the late release that follows is charged the rest.
+        self._expired: dict[str, tuple[int, float]] = {}
         self._next_token = 1
         self._wait_sequence = 0
         self._now = -math.inf
@@ -391,23 +448,35 @@ class Scheduler:
         client = self._client(client_id)
         now = self._clock(now)
         group = client.group
+        out: list[Decision] = []
+        self._expire_due(now, out)  # an expiry due first: it charges quantum + grace, no more
         holding = self._holding
         if holding is not None and holding.client is client:
-            self._charge(group, now, now - holding.grant_time)
+            if not holding.leased:  # a lease is idle time: nothing to charge
+                self._charge(group, now, now - holding.grant_time)
             self._holding = None
         self._stop_waiting(client)
+        self._expired.pop(client_id, None)
         group.clients.discard(client_id)
         del self._clients[client_id]
-        return self._step(now, [])
+        return self._step(now, out)
 
-    def request(self, client_id: str, now: float) -> list[Decision]:
+    def request(self, client_id: str, now: float, work_item: float | None = None) -> list[Decision]:
+        """`client_id` waits for the token. `work_item` (s, optional): the
+        longest single piece of GPU work it submits (a kernel, a graph); its
+        grants are at least that long plus ``quantum_min``."""
         client = self._client(client_id)
         holding = self._holding
-        if holding is not None and holding.client is client:
+        if holding is not None and holding.client is client and not holding.leased:
             raise FailedPrecondition(
                 f"client {client_id!r} already holds token {holding.token_id}: release it before requesting again"
             )
+        work_item = self._check_work_item(work_item)
         now = self._clock(now)
+        if holding is not None and holding.client is client:
+            self._holding = None  # its own lease: the client dropped it (nothing to charge: idle)
+        if work_item is not None:
+            client.work_item = work_item
         group = client.group
         if client_id not in group.waiters:
             self._wait_sequence += 1
@@ -427,11 +496,23 @@ class Scheduler:
         if group.waiters.pop(client.client_id, None) is not None and not group.waiters:
             del self._waiting_groups[group]
 
-    def release(self, client_id: str, token_id: int, used: float, now: float, idle: bool = False) -> list[Decision]:
-        client = self._client(client_id)
+    @staticmethod
+    def _check_used(used) -> float:
         if not (used.__class__ is float and 0.0 <= used < math.inf) and (
                 not _is_real(used) or not math.isfinite(used) or used < 0):
             raise InvalidArgument(f"used time {used!r} s is invalid: expected a finite number >= 0")
+        return float(used)
+
+    def _check_work_item(self, work_item) -> float | None:
+        if work_item is None:
+            return None
+        if not _is_real(work_item) or not math.isfinite(work_item) or not 0 <= work_item <= self._window:
+            raise InvalidArgument(
+                f"work item {work_item!r} s is invalid: expected 0 <= work item <= window ({self._window:g} s)"
+            )
+        return float(work_item)
+
+    def _held(self, client: _Client, token_id: int) -> _Holding:
         holding = self._holding
         if holding is None or holding.client is not client or holding.token_id != token_id:
             if holding is not None and holding.client is client:
@@ -439,15 +520,87 @@ class Scheduler:
             else:
                 held = "it holds no token"
             raise FailedPrecondition(
-                f"client {client_id!r} does not hold token {token_id!r} ({held}): "
-                "already released, or taken back after quantum + grace"
+                f"client {client.client_id!r} does not hold token {token_id!r} ({held}): already released"
             )
+        return holding
+
+    def _slice_charge(self, holding: _Holding, used: float, now: float) -> float:
+        """What a slice ending now is charged: the time held, or what the
+        client measured if longer (its work drained after the token); a
+        lease resumed by the client accrued nothing here: its measure."""
+        return used if holding.leased else max(now - holding.grant_time, used)
+
+    def release(self, client_id: str, token_id: int, used: float, now: float, idle: bool = False,
+                keep_lease: bool = False) -> list[Decision]:
+        """Give token_id back, charging max(time held, `used`).
+
+        A release of a token taken back at expiry is accepted too: the GPU
+        time it used beyond what the expiry charged is charged now (debt the
+        group pays back before it is served again). `keep_lease` (with
+        `idle`): keep the right to the token while nobody else waits, so the
+        next burst needs no round trip; see ``holds_lease``."""
+        client = self._client(client_id)
+        used = self._check_used(used)
+        expired = self._expired.get(client_id)
+        holding = self._holding
+        if expired is not None and expired[0] == token_id and not (
+                holding is not None and holding.client is client and holding.token_id == token_id):
+            now = self._clock(now)
+            del self._expired[client_id]
+            out: list[Decision] = []
+            self._expire_due(now, out)  # its newer token's expiry, if due, comes first
+            self._charge(client.group, now, max(0.0, used - expired[1]))
+            return self._step(now, out)
+        holding = self._held(client, token_id)
         now = self._clock(now)
-        charged = max(now - holding.grant_time, float(used))
-        self._charge(client.group, now, charged)
+        charged = self._slice_charge(holding, used, now)
+        group = client.group
+        self._charge(group, now, charged)
+        if not (holding.leased and used == 0.0):  # a lease given back unused says nothing
+            self._adapt_quantum(client, holding, charged, used, idle)
+            if not idle:
+                group.last_busy_release = now
+        if keep_lease and idle and not holding.revoked and not group.capped and not self._waiting_groups:
+            holding.leased = True
+            holding.grant_time = now
+            holding.deadline = math.inf
+            return self._step(now, [])
         self._holding = None
-        self._adapt_quantum(client, holding, charged, float(used), idle)
         return self._step(now, [])
+
+    def renew(self, client_id: str, token_id: int, used: float, now: float,
+              work_item: float | None = None) -> list[Decision]:
+        """The holder's quantum is over but it has more work: if nobody else
+        would be served now, charge the slice and grant it a fresh one at
+        once (a ``Grant`` with ``renewed=True``; the holder never stops).
+        Otherwise decide nothing: it keeps token_id and releases it as usual.
+        A capped group is never renewed (its smooth cap wants a pause)."""
+        client = self._client(client_id)
+        used = self._check_used(used)
+        work_item = self._check_work_item(work_item)
+        holding = self._held(client, token_id)
+        now = self._clock(now)
+        if work_item is not None:
+            client.work_item = work_item
+        group = client.group
+        if holding.revoked or now >= holding.deadline or group.capped or self._candidate(now) is not None:
+            return self._step(now, [])
+        charged = self._slice_charge(holding, used, now)
+        self._charge(group, now, charged)
+        self._adapt_quantum(client, holding, charged, used, False)
+        quantum = self._grant_quantum(client, group, self._usage(group, now), now)
+        token = self._next_token
+        self._next_token += 1
+        self._holding = _Holding(client, token, now, quantum, self.config.grace)
+        self.tokens_granted[group.name] += 1
+        return self._step(now, [Grant(client_id, token, quantum, renewed=True)])
+
+    def holds_lease(self, client_id: str, token_id: int) -> bool:
+        """Is token_id kept by client_id as a lease (after an idle release
+        with keep_lease)? The client may start a new slice without asking."""
+        holding = self._holding
+        return (holding is not None and holding.leased and holding.client.client_id == client_id
+                and holding.token_id == token_id)
 
     def _adapt_quantum(self, client: _Client, holding: _Holding, charged: float, used: float, idle: bool) -> None:
         config = self.config
@@ -470,6 +623,13 @@ class Scheduler:
             group.last_active = end
         if amount <= 0.0:
             return
+        if group.capped and self.config.cap_period > 0:
+            # Smooth cap (a GCRA): `amount` of GPU time buys amount / limit of
+            # wall time, so the group is next served after a pause of
+            # amount * (1 - limit) / limit. Over any interval its usage is
+            # then at most limit x interval + one slice.
+            begin = end - amount
+            group.pace_until = max(group.pace_until, begin) + amount / group.limit
         intervals = group.intervals
         start = end - amount
         point = 0.0
@@ -504,7 +664,7 @@ class Scheduler:
         else:
             usage = 0.0
         holding = self._holding
-        if holding is not None and holding.client.group is group:
+        if holding is not None and holding.client.group is group and not holding.leased:
             # Accrues until the deadline: past it, an expiry charges no more.
             grant_time = holding.grant_time
             end = now if now < holding.deadline else holding.deadline
@@ -518,7 +678,7 @@ class Scheduler:
         window_start = now - self._window
         usage = self._usage(group, now)
         holding = self._holding
-        if holding is not None and holding.client.group is group:
+        if holding is not None and holding.client.group is group and not holding.leased:
             return None  # still accruing: the release is the event to wait for
         need = usage - target
         if need <= 0.0:
@@ -530,15 +690,82 @@ class Scheduler:
                 return low + need + self._window
             need -= length
             if need <= point:
-                return end + self._window
+                # The point leaves with its interval: once now - window >= end
+                # (exactly, in floats, or _usage keeps it one more call).
+                moment = end + self._window
+                while moment - self._window < end:
+                    moment = math.nextafter(moment, math.inf)
+                return moment
             need -= point
         return None  # target below zero: never
 
     # ---------------------------------------------------------------- choice
 
+    def _client_quantum(self, client: _Client) -> float:
+        """The slice `client` asks for: its adapted quantum, shortened for a
+        capped group to what its smooth cap spreads out (cap_period), and
+        never shorter than its work item (plus quantum_min) so a long kernel
+        or graph does not expire under it."""
+        quantum = client.quantum
+        group = client.group
+        if group.capped and self.config.cap_period > 0:
+            smooth = self.config.cap_period * group.limit / (1.0 - group.limit)
+            quantum = min(quantum, max(self.config.quantum_min, smooth))
+        if client.work_item > 0.0:
+            quantum = max(quantum, client.work_item + self.config.quantum_min)
+        return quantum
+
     def _threshold(self, group: _Group) -> float:
+        """Room in the window a capped group needs before it is served: its
+        head client's slice; with smooth caps (which space slices out
+        already) a minimal slice, or its work item."""
         head = self._clients[next(iter(group.waiters))]
-        return head.quantum if head.quantum < group.cap else group.cap
+        if self.config.cap_period > 0:
+            quantum = self.config.quantum_min + head.work_item
+        else:
+            quantum = self._client_quantum(head)
+        return quantum if quantum < group.cap else group.cap
+
+    def _grant_quantum(self, client: _Client, group: _Group, usage: float, now: float) -> float:
+        quantum = self._client_quantum(client)
+        fair = self._fair_slice(group, usage, now)
+        if fair is not None and fair < quantum:
+            quantum = max(self.config.quantum_min, fair, client.work_item + self.config.quantum_min)
+        if group.capped and group.cap - usage < quantum:
+            quantum = max(self.config.quantum_min, group.cap - usage)
+        return quantum
+
+    def _capped_out(self, group: _Group, usage: float, now: float) -> bool:
+        """At its limit: too little room in the window for the slice it asks
+        for, or inside its smooth-cap pause."""
+        if not group.capped:
+            return False
+        threshold = self._threshold(group) if group.waiters else self.config.quantum_min
+        return group.cap - usage < threshold - _TIME_EPSILON or now < group.pace_until - _TIME_EPSILON
+
+    def _contending(self, group: _Group, now: float) -> bool:
+        """Could `group` use the GPU now? Waiting and not capped out, or just
+        gave the token back with work left (its next request is on the way)."""
+        if not group.waiters and group.last_busy_release <= now - self.config.quantum_min + _TIME_EPSILON:
+            return False
+        return not self._capped_out(group, self._usage(group, now), now)
+
+    def _in_debt(self, group: _Group, usage: float, now: float) -> bool:
+        """Debt: the group is ahead of the pace of a contending group by more
+        than its own fair slice minus half its work item. It waits (the GPU
+        goes to the others) until paid back, so an overrun or a work item
+        longer than a slice is paid back before it is served again, and its
+        long-run share stays right whatever its kernels' length."""
+        head = self._clients[next(iter(group.waiters))] if group.waiters else None
+        if head is None or head.work_item < self.config.quantum_max:
+            # Work that fits in slices is kept in proportion by the fair slice
+            # alone; holding such a group back would only idle the GPU (and
+            # delay a bursty group that used idle capacity before).
+            return False
+        fair = self._fair_slice(group, usage, now, contending_only=True)
+        if fair is None:
+            return False
+        return fair - 0.5 * head.work_item < -_TIME_EPSILON
 
     @staticmethod
     def _order_key(group: _Group, usage: float) -> tuple[int, int, float]:
@@ -548,37 +775,63 @@ class Scheduler:
         return (0 if usage < group.request_usage else 1, -group.priority, usage / group.request_usage)
 
     def _candidate(self, now: float):
-        """Best eligible waiting (group, usage, key), or None."""
-        best = None
-        best_key = None
+        """Best eligible waiting (group, usage, key), or None.
+
+        Groups at their limit are skipped. A group in debt is served only
+        when every eligible waiter is in debt and no group that is not in
+        debt just released with work left (its request follows within
+        quantum_min: the GPU waits for it rather than deepen the debt)."""
+        best = best_free = None
         for group in self._waiting_groups:
             usage = self._usage(group, now)
-            if group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON:
+            if self._capped_out(group, usage, now):
                 continue
             key = (*self._order_key(group, usage), next(iter(group.waiters.values())))
-            if best_key is None or key < best_key:
-                best_key = key
+            if best is None or key < best[2]:
                 best = (group, usage, key)
+            if (best_free is None or key < best_free[2]) and not self._in_debt(group, usage, now):
+                best_free = (group, usage, key)
+        if best_free is not None or best is None:
+            return best_free
+        recent = now - self.config.quantum_min + _TIME_EPSILON
+        for group in self._groups.values():
+            if group.waiters or group.last_busy_release <= recent:
+                continue
+            usage = self._usage(group, now)
+            if not self._capped_out(group, usage, now) and not self._in_debt(group, usage, now):
+                return None
         return best
 
     def _step(self, now: float, out: list[Decision]) -> list[Decision]:
         """Apply the time-driven rules at `now`: expiry, then grant or preemption."""
-        holding = self._holding
-        if holding is not None and now >= holding.deadline:
-            charged = holding.deadline - holding.grant_time
-            group = holding.client.group
-            self._charge(group, holding.deadline, charged)
-            self._holding = None
-            self.expiries[group.name] += 1
-            out.append(Expire(holding.client.client_id, holding.token_id, charged))
-            holding = None
+        holding = self._expire_due(now, out)
         if self._waiting_groups:
             if holding is None:
                 self._grant(now, out)
+            elif holding.leased:
+                if not holding.revoked and self._candidate(now) is not None:
+                    self._revoke(now, holding, out, f"lease taken back: client {self.waiting()[0]!r} waits")
             elif not holding.revoked and self._preempting_priority(holding):
                 self._maybe_revoke(now, holding, out)
         self.decisions += len(out)
         return out
+
+    def _expire_due(self, now: float, out: list[Decision]) -> _Holding | None:
+        """Take the token back if its deadline passed; returns the holding left."""
+        holding = self._holding
+        if holding is not None and now >= holding.deadline:
+            # A lease taken back is charged from the Revoke on (the client may
+            # have resumed it); a slice, quantum + grace.
+            start = holding.revoked_at if holding.leased else holding.grant_time
+            charged = holding.deadline - start
+            group = holding.client.group
+            self._charge(group, holding.deadline, charged)
+            self._holding = None
+            self._expired[holding.client.client_id] = (holding.token_id, charged)
+            self.expiries[group.name] += 1
+            out.append(Expire(holding.client.client_id, holding.token_id, charged))
+            holding = None
+        return holding
 
     def _grant(self, now: float, out: list[Decision]) -> None:
         best = self._candidate(now)
@@ -590,12 +843,7 @@ class Scheduler:
         if not group.waiters:
             del self._waiting_groups[group]
         client = self._clients[client_id]
-        quantum = client.quantum
-        fair = self._fair_slice(group, usage, now)
-        if fair is not None and fair < quantum:
-            quantum = max(self.config.quantum_min, fair)
-        if group.capped and group.cap - usage < quantum:
-            quantum = max(self.config.quantum_min, group.cap - usage)
+        quantum = self._grant_quantum(client, group, usage, now)
         token_id = self._next_token
         self._next_token += 1
         self._holding = holding = _Holding(client, token_id, now, quantum, self.config.grace)
@@ -604,7 +852,7 @@ class Scheduler:
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
 
-    def _fair_slice(self, granted: _Group, usage: float, now: float) -> float | None:
+    def _fair_slice(self, granted: _Group, usage: float, now: float, contending_only: bool = False) -> float | None:
         """Slice length that keeps the active groups' usage proportional to
         their requests (None when no other group is active).
 
@@ -616,12 +864,18 @@ class Scheduler:
         time it is ahead of the pace of the furthest-behind active group
         (so overruns and early releases are paid back, and a group that
         fell behind catches up). Active = waiting, or released within the
-        last quantum_max."""
+        last quantum_max; with `contending_only`, groups that could use the
+        GPU now (see _contending)."""
         recent = now - self.config.quantum_max
         slowest_pace = math.inf
         largest_request = granted.request_usage
         for group in self._groups.values():
-            if group is granted or (not group.waiters and group.last_active < recent):
+            if group is granted:
+                continue
+            if contending_only:
+                if not self._contending(group, now):
+                    continue
+            elif not group.waiters and group.last_active < recent:
                 continue
             slowest_pace = min(slowest_pace, self._usage(group, now) / group.request_usage)
             largest_request = max(largest_request, group.request_usage)
@@ -650,16 +904,18 @@ class Scheduler:
         holder_group = holding.client.group
         if group.priority <= holder_group.priority or key[0] > self._holder_key_tier(now, holding):
             return
-        holding.revoked = True
         self.preemptions[holder_group.name] += 1
         # The reason reaches the preempted tenant: it names the group, never
         # the waiting client's id (a bearer credential).
-        out.append(Revoke(
-            holding.client.client_id,
-            holding.token_id,
-            f"preempted by a waiting client of group {group.name!r} "
-            f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})",
-        ))
+        self._revoke(now, holding, out, f"preempted by a waiting client of group {group.name!r} "
+                     f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})")
+
+    def _revoke(self, now: float, holding: _Holding, out: list[Decision], reason: str) -> None:
+        holding.revoked = True
+        holding.revoked_at = now
+        if holding.leased:
+            holding.deadline = now + self.config.grace
+        out.append(Revoke(holding.client.client_id, holding.token_id, reason))
 
     def next_wakeup(self) -> float | None:
         """Earliest time at which advance() could decide something; None if
@@ -668,19 +924,38 @@ class Scheduler:
         now = self._now
         holding = self._holding
         times: list[float] = []
-        if holding is not None:
+        if holding is not None and holding.deadline < math.inf:
             times.append(holding.deadline)
         if self._waiting_groups:
-            if holding is None:
-                # Token free yet nobody served: every waiting group is capped;
-                # wake when the first gets room for its head-of-line quantum.
-                for group in self._waiting_groups:
-                    moment = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
-                    if moment is not None:
-                        times.append(moment)
+            if holding is None or (holding.leased and not holding.revoked):
+                # Token free (or leased) yet nobody served: every waiting group
+                # is capped out or in debt; wake when one could be served.
+                times.extend(self._unblock_times(now))
             elif not holding.revoked:
                 times.extend(self._preemption_times(now, holding))
         return min(times) if times else None
+
+    def _unblock_times(self, now: float) -> list[float]:
+        """When could a waiting group stop being capped out or in debt? Room
+        in the window, the end of a smooth-cap pause, or the moment a group
+        that just released stops holding the GPU for itself."""
+        if self._candidate(now) is not None:
+            return [now]  # servable already (a query moved the clock without deciding)
+        times = []
+        in_debt = False
+        for group in self._waiting_groups:
+            if self._capped_out(group, self._usage(group, now), now):
+                room = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
+                if room is not None:
+                    times.append(max(room, group.pace_until))
+            else:
+                in_debt = True
+        if in_debt:
+            for group in self._groups.values():
+                moment = group.last_busy_release + self.config.quantum_min
+                if moment > now:
+                    times.append(moment)
+        return times
 
     def _preemption_times(self, now: float, holding: _Holding) -> list[float]:
         """When could a waiting higher class come to preempt the holder? As
@@ -695,7 +970,9 @@ class Scheduler:
                 continue
             usage = self._usage(group, now)
             threshold = self._threshold(group)
-            if group.capped and group.cap - usage < threshold - _TIME_EPSILON:
+            if group.capped and now < group.pace_until - _TIME_EPSILON:
+                moment = group.pace_until
+            elif group.capped and group.cap - usage < threshold - _TIME_EPSILON:
                 moment = self._time_usage_reaches(group, group.cap - threshold, now)
             elif usage >= group.request_usage:
                 moment = self._time_usage_reaches(group, group.request_usage - 1e-9, now)
@@ -732,7 +1009,7 @@ class Scheduler:
         ordered = []
         for group in self._waiting_groups:
             usage = self._usage(group, now)
-            blocked = group.capped and group.cap - usage < self._threshold(group) - _TIME_EPSILON
+            blocked = self._capped_out(group, usage, now)
             key = (2, -group.priority, usage) if blocked else self._order_key(group, usage)
             for client_id, sequence in group.waiters.items():
                 ordered.append((key, sequence, client_id))

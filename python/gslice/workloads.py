@@ -98,6 +98,18 @@ class Driver:
         self._check("cuStreamCreate", self.lib.cuStreamCreate(ctypes.byref(stream), 0))
         return stream
 
+    def capture_graph(self, stream: ctypes.c_void_p, record) -> ctypes.c_void_p:
+        """Capture what `record()` launches on `stream` into an instantiated graph."""
+        self._check("cuStreamBeginCapture_v2", self.lib.cuStreamBeginCapture_v2(stream, 0))
+        record()
+        graph = ctypes.c_void_p()
+        self._check("cuStreamEndCapture", self.lib.cuStreamEndCapture(stream, ctypes.byref(graph)))
+        graph_exec = ctypes.c_void_p()
+        self._check("cuGraphInstantiateWithFlags",
+                    self.lib.cuGraphInstantiateWithFlags(ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)))
+        self.lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        return graph_exec
+
     def synchronize(self, stream: ctypes.c_void_p | None = None) -> None:
         if stream is None:
             self._check("cuCtxSynchronize", self.lib.cuCtxSynchronize())
@@ -110,33 +122,45 @@ class Driver:
         return free.value, total.value
 
 
-def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_at: float | None = None) -> dict:
+def spin(kernel_us: float, seconds: float, sync_every: int, blocks: int, start_at: float | None = None,
+         streams: int = 1, graph_kernels: int = 0) -> dict:
     """Launch `kernel_us` kernels back to back for `seconds` of wall time,
     synchronising every `sync_every` launches (0: only at the end).
     `start_at` (epoch seconds) lines several processes up on one instant;
     `first_launch_at` in the report is when the first launch returned (for
-    a process under the shim: when it first held the token)."""
+    a process under the shim: when it first held the token). With `streams`
+    > 1, launches go round-robin over that many streams (one thread). With
+    `graph_kernels` > 0, each launch is a CUDA graph of that many kernels
+    (captured once from a stream), like a compiled decode step."""
     drv = Driver()
     function = drv.spin_kernel()
-    stream = drv.stream()
+    all_streams = [drv.stream() for _ in range(max(1, streams))]
+    stream = all_streams[0]
     ns = ctypes.c_uint64(int(kernel_us * 1000))
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
+    launch_one = lambda s: drv._check(  # noqa: E731
+        "cuLaunchKernel", drv.launch(function, blocks, 1, 1, 1, 1, 1, 0, s, params, None))
+    if graph_kernels > 0:
+        graph_exec = drv.capture_graph(stream, lambda: [launch_one(stream) for _ in range(graph_kernels)])
+        launch_one = lambda s: drv._check("cuGraphLaunch", drv.lib.cuGraphLaunch(graph_exec, s))  # noqa: E731
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))
-    drv._check("cuLaunchKernel", drv.launch(function, blocks, 1, 1, 1, 1, 1, 0, stream, params, None))
+    launch_one(stream)
     first_launch_at = time.time()
     launched = 1
     start = time.monotonic()
     deadline = start + seconds
     while time.monotonic() < deadline:
         for _ in range(max(1, sync_every) if sync_every else 32):
-            drv._check("cuLaunchKernel", drv.launch(function, blocks, 1, 1, 1, 1, 1, 0, stream, params, None))
+            stream = all_streams[launched % len(all_streams)]
+            launch_one(stream)
             launched += 1
         if sync_every:
-            drv.synchronize(stream)
+            drv.synchronize(None if len(all_streams) > 1 else stream)
     drv.synchronize()
     return {"kernels": launched, "kernel_us": kernel_us, "seconds": time.monotonic() - start,
-            "first_launch_at": first_launch_at, "pid": os.getpid()}
+            "first_launch_at": first_launch_at, "streams": len(all_streams), "graph_kernels": graph_kernels,
+            "pid": os.getpid()}
 
 
 def bursts(kernel_us: float, burst: int, think_ms: float, seconds: float) -> dict:
@@ -202,6 +226,9 @@ def add_spin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--sync-every", type=int, default=0, help="synchronise every N launches (0: never)")
     parser.add_argument("--blocks", type=int, default=1)
     parser.add_argument("--start-at", type=float, default=None, help="epoch seconds to start launching at")
+    parser.add_argument("--streams", type=int, default=1, help="launch round-robin over this many streams")
+    parser.add_argument("--graph-kernels", type=int, default=0,
+                        help="launch CUDA graphs of this many kernels instead of single kernels")
     return parser
 
 
@@ -223,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.kind == "spin":
-            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks, args.start_at)), flush=True)
+            print(json.dumps(spin(args.kernel_us, args.seconds, args.sync_every, args.blocks, args.start_at,
+                                        args.streams, args.graph_kernels)), flush=True)
         elif args.kind == "bursts":
             print(json.dumps(bursts(args.kernel_us, args.burst, args.think_ms, args.seconds)), flush=True)
         else:

@@ -25,6 +25,9 @@ from gslice.tokend.scheduler import (
 
 GIB = 1 << 30
 CONFIG = SchedulerConfig(window=10.0, quantum_min=0.005, quantum_max=0.100, grace=0.200)
+# Smooth caps off: the limit holds over the sliding window only (the rule
+# these tests pin down; tests/unit/test_scheduler_debt_and_caps.py covers smoothing).
+WINDOW_CAP_ONLY = SchedulerConfig(window=10.0, quantum_min=0.005, quantum_max=0.100, grace=0.200, cap_period=0.0)
 
 
 def spec(name, request=0.5, limit=1.0, priority=Priority.NORMAL, quota=GIB):
@@ -369,7 +372,7 @@ def test_among_groups_above_request_least_share_goes_first():
 # ------------------------------------------------------------------- limit
 
 def test_capped_group_waits_for_room_while_gpu_idles():
-    s = Scheduler(CONFIG)
+    s = Scheduler(WINDOW_CAP_ONLY)
     s.add_group(spec("capped", 0.1, 0.1), 0.0)  # 1 s per 10 s window
     s.attach("c1", "capped", 0.0)
     s.request("c1", 0.0)
@@ -385,7 +388,7 @@ def test_capped_group_waits_for_room_while_gpu_idles():
 
 
 def test_quantum_never_exceeds_room_under_limit():
-    s = Scheduler(CONFIG)
+    s = Scheduler(WINDOW_CAP_ONLY)
     s.add_group(spec("capped", 0.0006, 0.0006), 0.0)  # 6 ms per window, less than a 100 ms quantum
     s.attach("c1", "capped", 0.0)
     [grant] = s.request("c1", 0.0)
@@ -397,7 +400,7 @@ def test_quantum_never_exceeds_room_under_limit():
 
 
 def test_limit_raise_by_update_grants_at_once():
-    s = Scheduler(CONFIG)
+    s = Scheduler(WINDOW_CAP_ONLY)
     s.add_group(spec("g", 0.1, 0.1), 0.0)
     s.attach("g1", "g", 0.0)
     s.request("g1", 0.0)
@@ -574,6 +577,9 @@ def test_token_not_released_in_time_expires_and_passes_on(two_groups):
     assert decisions == [Expire("a1", 1, pytest.approx(0.3)), Grant("b1", 2, 0.1)]
     assert s.usage("a", 0.35) == pytest.approx(0.3)
     assert s.expiries["a"] == 1
+    # The late release is accepted and charged what the expiry did not.
+    assert s.release("a1", 1, 0.45, 0.4) == []
+    assert s.usage("a", 0.4) == pytest.approx(0.45)
     before = snapshot(s, 0.4)
     with pytest.raises(FailedPrecondition, match="does not hold token 1"):
         s.release("a1", 1, 0.1, 0.4)

@@ -47,8 +47,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.client_group: dict[str, str] = {}
         self.waiting: set[str] = set()
         self.holder: tuple[str, int, float, float] | None = None  # client, token, grant time, quantum
-        self.charges: dict[str, list[tuple[float, float]]] = {}  # group -> charged intervals
+        self.charges: dict[str, list[tuple]] = {}  # group -> charged (start, end[, point at end])
+        self.late_extra: dict[str, list[tuple[float, float]]] = {}  # group -> (time, extra) of late releases
         self.revoked_tokens: set[int] = set()
+        self.expired: dict[str, tuple[int, float]] = {}  # client -> its token taken back, charged
         self.last_token = 0
         self.decisions = 0
         self.granted: dict[str, int] = {}
@@ -90,6 +92,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert decision.charged == pytest.approx(quantum + CONFIG.grace)
                 assert self.now >= granted + quantum + CONFIG.grace - EPS
                 self.charges[self.client_group[decision.client_id]].append((granted, granted + decision.charged))
+                self.expired[decision.client_id] = (decision.token_id, decision.charged)
                 self.holder = None
             else:
                 raise AssertionError(f"unknown decision {decision!r}")
@@ -99,7 +102,8 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def model_usage(self, group):
         start = self.now - CONFIG.window
-        total = sum(max(0.0, min(e, self.now) - max(s, start)) for s, e in self.charges[group])
+        total = sum(max(0.0, min(c[1], self.now) - max(c[0], start)) + (c[2] if len(c) > 2 and c[1] > start else 0.0)
+                    for c in self.charges[group])
         if self.holder is not None and self.client_group[self.holder[0]] == group:
             deadline = self.holder[2] + self.holder[3] + CONFIG.grace
             total += max(0.0, min(self.now, deadline) - max(self.holder[2], start))
@@ -139,6 +143,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.specs[name] = spec
         self.limit_history[name] = [(self.now, limit)]
         self.charges[name] = []
+        self.late_extra[name] = []
         self.granted[name] = 0
         self.preempted[name] = 0
 
@@ -172,7 +177,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.snapshot() == before
             return
         self.apply(self.s.remove_group(name, self.now))
-        for table in (self.specs, self.limit_history, self.charges, self.granted, self.preempted):
+        for table in (self.specs, self.limit_history, self.charges, self.late_extra, self.granted, self.preempted):
             del table[name]
 
     @precondition(lambda self: self.specs)
@@ -205,6 +210,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.holder = None
         self.waiting.discard(client)
         del self.client_group[client]
+        self.expired.pop(client, None)
         self.apply([d for d in decisions if not isinstance(d, Expire)])
 
     @rule(client=st.sampled_from(CLIENT_IDS), dt=steps)
@@ -254,10 +260,36 @@ class SchedulerMachine(RuleBasedStateMachine):
         token = self.last_token + token_delta
         if self.holder is not None and self.holder[:2] == (client, token):
             return
+        if self.expired.get(client, (None,))[0] == token:
+            return  # a late release: accepted (late_release)
         before = self.snapshot()
         with pytest.raises(FailedPrecondition):
             self.s.release(client, token, 0.0, self.now)
         assert self.snapshot() == before
+
+    @precondition(lambda self: self.expired)
+    @rule(data=st.data(), extra=st.floats(0.0, 0.3), dt=steps)
+    def late_release(self, data, extra, dt):
+        """A token taken back at expiry is released late: the GPU time it
+        used beyond what the expiry charged is charged now (debt)."""
+        client = data.draw(st.sampled_from(sorted(self.expired)))
+        token, charged = self.expired.pop(client)
+        self.tick(dt)
+        decisions = self.s.release(client, token, charged + extra, self.now)
+        # The core applies an expiry due (of a newer token) first.
+        expired = [d for d in decisions if isinstance(d, Expire)]
+        self.apply(expired)
+        decisions = [d for d in decisions if not isinstance(d, Expire)]
+        if extra > 0:
+            # Charged as an interval ending now; the part reaching back over
+            # the group's earlier charges is held as a point at the end.
+            group = self.client_group[client]
+            last_end = max((c[1] for c in self.charges[group] if c[1] > c[0] or len(c) > 2 and c[2] > 0),
+                           default=-1e9)
+            start = max(self.now - extra, last_end)
+            self.charges[group].append((start, self.now, extra - (self.now - start)))
+            self.late_extra[group].append((self.now, extra))
+        self.apply(decisions)
 
     @rule(dt=st.floats(0.0, 1.5))
     def advance(self, dt):
@@ -289,9 +321,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         for name in self.specs:
             usage = self.s.usage(name, self.now)
             assert usage == pytest.approx(self.model_usage(name), abs=1e-6)
-            assert usage <= CONFIG.window + CONFIG.quantum_max + CONFIG.grace + EPS
-            # Limit: at most one quantum (+ grace, for expiries) over the cap.
-            assert usage <= self.effective_cap(name) + CONFIG.quantum_max + CONFIG.grace + EPS
+            # Limit: at most one quantum (+ grace, for expiries) over the cap,
+            # plus what late releases inside the window charged (debt).
+            debt = sum(extra for at, extra in self.late_extra[name] if at > self.now - CONFIG.window)
+            assert usage <= CONFIG.window + CONFIG.quantum_max + CONFIG.grace + debt + EPS
+            assert usage <= self.effective_cap(name) + CONFIG.quantum_max + CONFIG.grace + debt + EPS
 
     @invariant()
     def wakeups_are_scheduled(self):

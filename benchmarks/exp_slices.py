@@ -1,0 +1,111 @@
+"""Exact shares and smooth caps for work of any length, and no idle GPU at
+handoffs (issue 8), on the simulated GPU's engine time with the real shim
+and the real tokend.
+
+- long_work: 30/70 where group A launches 1 s kernels and B 1 ms kernels;
+  limit 30% alone with 1 s kernels and with 50 ms graphs (50 x 1 ms).
+- smooth_cap: limit 30% alone with 1 ms kernels: the group's share in every
+  1 s window, and the longest gap without any of its GPU work (sampled
+  every 10 ms), with a per-second timeline plot.
+- busy: GPU busy with two groups of four processes, and with four groups
+  10/20/30/40 of one process with 4 streams each; the handoff gap estimate
+  (GPU idle time / tokens handed between groups).
+"""
+from __future__ import annotations
+
+import time
+
+from gslice.experiment import SharingExperiment, busy_fraction_between, shares_between
+
+from results_io import Result
+
+
+def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float, warmup: float,
+         sample_every: float = 0.25) -> dict:
+    """groups: (name, request, limit, [workload args per process])."""
+    with SharingExperiment(gpu="sim") as exp:
+        for name, request, limit, _ in groups:
+            exp.add_group(name, request=request, limit=limit, memory="1GiB")
+        for name, _, _, processes in groups:
+            for args in processes:
+                exp.spawn_workload(name, ["spin", *args, "--seconds", str(warmup + seconds + 5)])
+        time.sleep(warmup)
+        granted_before = {g.group.name: g.tokens_granted for g in exp.admin.status().groups}
+        samples = [exp.sample()]
+        end = samples[0].at + seconds
+        while time.monotonic() < end:
+            time.sleep(max(0.0, min(sample_every, end - time.monotonic())))
+            samples.append(exp.sample())
+        granted = {g.group.name: g.tokens_granted - granted_before.get(g.group.name, 0)
+                   for g in exp.admin.status().groups}
+    return {"samples": samples, "shares": shares_between(samples[0], samples[-1]),
+            "busy_fraction": busy_fraction_between(samples[0], samples[-1]), "tokens_granted": granted}
+
+
+def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 1_000_000) -> Result:
+    result = Result("long_work", device="simulated GPU")
+    long = ["--kernel-us", str(long_kernel_us)]
+    mixed = _run([("a-1s", 0.3, 1.0, [long]),
+                  ("b-1ms", 0.7, 1.0, [["--kernel-us", "1000"]])], seconds, warmup)
+    error = max(abs(mixed["shares"]["a-1s"] - 0.3), abs(mixed["shares"]["b-1ms"] - 0.7)) * 100
+    result.add("30-70_1s_vs_1ms/max_error_points", error, "points", "<= 3")
+    result.details["30-70_1s_vs_1ms"] = {k: mixed[k] for k in ("shares", "busy_fraction")}
+    capped = _run([("capped", 0.3, 0.3, [long])], seconds, warmup)
+    result.add("limit30_alone_1s_kernels/busy", capped["busy_fraction"] * 100, "%", "<= 31.5")
+    graph = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000", "--graph-kernels", "50"]])], seconds, warmup)
+    result.add("limit30_alone_50ms_graphs/busy", graph["busy_fraction"] * 100, "%", "<= 31.5")
+    result.details.update({"limit30_alone_1s_kernels": capped["busy_fraction"],
+                           "limit30_alone_50ms_graphs": graph["busy_fraction"], "long_kernel_us": long_kernel_us})
+    return result
+
+
+def smooth_cap(seconds: float = 25.0, warmup: float = 1.0) -> Result:
+    result = Result("smooth_cap", device="simulated GPU")
+    run = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000"]])], seconds, warmup, sample_every=0.01)
+    samples = run["samples"]
+    # Every 1 s window (stepped by the sample period) and the longest gap.
+    windows, gap, longest, start = [], 0.0, 0.0, 0
+    for i in range(1, len(samples)):
+        if samples[i].busy_ns["capped"] == samples[i - 1].busy_ns["capped"]:
+            gap += samples[i].at - samples[i - 1].at
+            longest = max(longest, gap)
+        else:
+            gap = 0.0
+        while samples[i].at - samples[start].at > 1.0:
+            start += 1
+        if samples[i].at - samples[start].at >= 0.99 and samples[start].at - samples[0].at >= 0:
+            used = samples[i].busy_ns["capped"] - samples[start].busy_ns["capped"]
+            windows.append(used / ((samples[i].at - samples[start].at) * 1e9))
+    timeline = []
+    for i in range(0, len(samples) - 1, 100):  # per-second points for the plot
+        j = min(i + 100, len(samples) - 1)
+        used = samples[j].busy_ns["capped"] - samples[i].busy_ns["capped"]
+        timeline.append({"t": samples[j].at - samples[0].at, "shares": {"capped": used / ((samples[j].at - samples[i].at) * 1e9)}})
+    result.add("limit30_1ms/min_1s_window", min(windows) * 100, "%", ">= 27")
+    result.add("limit30_1ms/max_1s_window", max(windows) * 100, "%", "<= 33")
+    result.add("limit30_1ms/overall", run["busy_fraction"] * 100, "%")
+    result.add("limit30_1ms/longest_gap", longest * 1e3, "ms", "<= 100")
+    result.details = {"timeline": timeline, "windows": len(windows), "sample_every_s": 0.01}
+    return result
+
+
+def busy(seconds: float = 10.0, warmup: float = 1.5) -> Result:
+    result = Result("busy", device="simulated GPU")
+    two_by_four = _run([("g1", 0.5, 1.0, [["--kernel-us", "500"]] * 4),
+                        ("g2", 0.5, 1.0, [["--kernel-us", "500"]] * 4)], seconds, warmup)
+    result.add("two_groups_of_four/busy", two_by_four["busy_fraction"] * 100, "%", ">= 97")
+    four = _run([(f"g{i}", r, 1.0, [["--kernel-us", "500", "--streams", "4"]])
+                 for i, r in enumerate([0.1, 0.2, 0.3, 0.4])], seconds, warmup)
+    result.add("four_groups_4_streams/busy", four["busy_fraction"] * 100, "%", ">= 97")
+    pair = _run([("a", 0.3, 1.0, [["--kernel-us", "1000"]]), ("b", 0.7, 1.0, [["--kernel-us", "1000"]])],
+                seconds, warmup)
+    result.add("30-70_1ms/busy", pair["busy_fraction"] * 100, "%", ">= 97")
+    error = max(abs(pair["shares"]["a"] - 0.3), abs(pair["shares"]["b"] - 0.7)) * 100
+    result.add("30-70_1ms/max_error_points", error, "points", "<= 2")
+    # Handoffs: tokens granted to the two groups in turn; GPU idle / handoffs.
+    handoffs = max(1, sum(pair["tokens_granted"].values()))
+    result.add("30-70_1ms/mean_idle_per_grant", (1 - pair["busy_fraction"]) * seconds / handoffs * 1e6, "us",
+               "<= 300")
+    result.details = {name: {k: run[k] for k in ("shares", "busy_fraction", "tokens_granted")}
+                      for name, run in (("two_by_four", two_by_four), ("four_4_streams", four), ("30-70_1ms", pair))}
+    return result

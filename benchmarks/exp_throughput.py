@@ -1,0 +1,53 @@
+"""No throughput tax (issue 13): a lone saturating process under the shim
+against the same program without it, on the simulated GPU's engine time.
+
+One group (request 100%), one process launching kernels of one length back
+to back; the same binary runs bare and under the shim, alternated within
+one run (bare, shim, bare, shim ...) so machine load hits both alike. The
+figure is busy(shim) / busy(bare) per kernel length.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+
+from gslice.experiment import SharingExperiment, busy_fraction_between
+
+from results_io import Result
+
+KERNELS_US = [100, 1000, 5000, 20000]
+
+
+def busy_fraction(exp: SharingExperiment, group: str, args: list[str], shim: bool, seconds: float,
+                  warmup: float) -> float:
+    proc = exp.spawn_workload(group, ["spin", *args, "--seconds", str(warmup + seconds + 1)], shim=shim,
+                              stderr=subprocess.PIPE)
+    try:
+        time.sleep(warmup)
+        start = exp.sample()
+        time.sleep(seconds)
+        end = exp.sample()
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    if proc.returncode not in (0, -9):
+        raise RuntimeError(f"workload {args} (shim={shim}) failed with {proc.returncode}: {err}")
+    return busy_fraction_between(start, end)
+
+
+def throughput(seconds: float = 4.0, warmup: float = 1.0, rounds: int = 2, kernels_us=None,
+               streams: int = 4) -> Result:
+    result = Result("throughput", device="simulated GPU")
+    cases = {f"{k}us": ["--kernel-us", str(k)] for k in (kernels_us or KERNELS_US)}
+    cases[f"1000us-{streams}streams"] = ["--kernel-us", "1000", "--streams", str(streams)]
+    with SharingExperiment(gpu="sim") as exp:
+        exp.add_group("alone", request=1.0, limit=1.0, memory="1GiB")
+        for name, args in cases.items():
+            bare, shim = [], []
+            for _ in range(rounds):
+                bare.append(busy_fraction(exp, "alone", args, False, seconds, warmup))
+                shim.append(busy_fraction(exp, "alone", args, True, seconds, warmup))
+            ratio = sum(shim) / sum(bare) * 100
+            result.add(f"{name}/shim_vs_bare", ratio, "%", ">= 99")
+            result.details[name] = {"bare_busy": bare, "shim_busy": shim}
+    return result
