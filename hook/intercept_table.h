@@ -42,6 +42,20 @@
     const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 #define GS_CAPTURE_TO_GRAPH_ARGS (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)
 
+#define GS_PEER_PARAMS (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, \
+    size_t ByteCount)
+#define GS_PEER_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount)
+#define GS_PEER_ASYNC_PARAMS (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, \
+    CUcontext srcContext, size_t ByteCount, CUstream hStream)
+#define GS_PEER_ASYNC_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream)
+/* cuMemcpyBatchAsync: CUDA 12.8 (failIdx) and cuMemcpyBatchAsync_v2: CUDA 13.0 (no failIdx) */
+#define GS_BATCH_PARAMS (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
+    CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
+#define GS_BATCH_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream)
+#define GS_BATCH_V2_PARAMS (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
+    CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+#define GS_BATCH_V2_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream)
+
 #define GS_INTERCEPT_TABLE(X) \
     /* work on the GPU */ \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
@@ -104,6 +118,44 @@
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
     X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1, CUDA, FAST, fill32_async, CUresult, \
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    /* 2D / 3D copies: gated when neither side is host memory (device, array or unified), \
+     * else passed through like the host<->device copies above (PLAIN: the memory types are \
+     * read before the gate) */ \
+    X(cuMemcpy2D_v2, cuMemcpy2D, 3020, 0, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, 1, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, 0, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, 1, CUDA, PLAIN, copy2d, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0, CUDA, PLAIN, copy2d_async, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1, CUDA, PLAIN, copy2d_async, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3D_v2, cuMemcpy3D, 3020, 0, CUDA, PLAIN, copy3d, CUresult, (const CUDA_MEMCPY3D *pCopy), (pCopy)) \
+    X(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, 1, CUDA, PLAIN, copy3d, CUresult, (const CUDA_MEMCPY3D *pCopy), (pCopy)) \
+    X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0, CUDA, PLAIN, copy3d_async, CUresult, \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1, CUDA, PLAIN, copy3d_async, CUresult, \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DPeer, cuMemcpy3DPeer, 4000, 0, CUDA, PLAIN, copy3d_peer, CUresult, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy)) \
+    X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer, 7000, 1, CUDA, PLAIN, copy3d_peer, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy)) \
+    X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, 0, CUDA, PLAIN, copy3d_peer_async, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, 7000, 1, CUDA, PLAIN, copy3d_peer_async, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream)) \
+    /* peer copies: device to device, between contexts */ \
+    X(cuMemcpyPeer, cuMemcpyPeer, 4000, 0, CUDA, FAST, copy_peer, CUresult, GS_PEER_PARAMS, GS_PEER_ARGS) \
+    X(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, 1, CUDA, FAST, copy_peer, CUresult, GS_PEER_PARAMS, GS_PEER_ARGS) \
+    X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0, CUDA, FAST, copy_peer_async, CUresult, GS_PEER_ASYNC_PARAMS, \
+      GS_PEER_ASYNC_ARGS) \
+    X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, 1, CUDA, FAST, copy_peer_async, CUresult, GS_PEER_ASYNC_PARAMS, \
+      GS_PEER_ASYNC_ARGS) \
+    /* batch copies (unified addresses, either side may be host): gated like cuMemcpy */ \
+    X(cuMemcpyBatchAsync, cuMemcpyBatchAsync, 12080, 0, CUDA, FAST, copy_batch, CUresult, GS_BATCH_PARAMS, GS_BATCH_ARGS) \
+    X(cuMemcpyBatchAsync_ptsz, cuMemcpyBatchAsync, 12080, 1, CUDA, FAST, copy_batch, CUresult, GS_BATCH_PARAMS, \
+      GS_BATCH_ARGS) \
+    X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, 0, CUDA, FAST, copy_batch_v2, CUresult, GS_BATCH_V2_PARAMS, \
+      GS_BATCH_V2_ARGS) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \

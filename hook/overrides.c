@@ -137,6 +137,48 @@ GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
 GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
              hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(copy_peer, gs_pfn_cuMemcpyPeer, (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_PARAMS), NULL,
+             GS_PEER_ARGS)
+GS_COPY_IMPL(copy_peer_async, gs_pfn_cuMemcpyPeerAsync,
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_ASYNC_PARAMS), hStream, GS_PEER_ASYNC_ARGS)
+GS_COPY_IMPL(copy_batch, gs_pfn_cuMemcpyBatchAsync, (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_PARAMS),
+             hStream, GS_BATCH_ARGS)
+GS_COPY_IMPL(copy_batch_v2, gs_pfn_cuMemcpyBatchAsync_v2,
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_V2_PARAMS), hStream, GS_BATCH_V2_ARGS)
+
+/* 2D / 3D copies name each side's memory type: a copy with a host side
+ * runs on the copy engines and passes ungated (as cuMemcpyHtoD does);
+ * device, array and unified sides take the launch core. */
+static inline bool device_side_copy(CUmemorytype src, CUmemorytype dst)
+{
+    return src != CU_MEMORYTYPE_HOST && dst != CU_MEMORYTYPE_HOST;
+}
+
+#define GS_DESC_COPY_IMPL(impl, pfn_type, params, stream, call_args)                   \
+    static inline CUresult impl_##impl params                                          \
+    {                                                                                  \
+        if (!pCopy || !device_side_copy(pCopy->srcMemoryType, pCopy->dstMemoryType)) { \
+            pfn_type pass = (pfn_type)real_cuda(real_slot);                            \
+            return pass ? pass call_args : CUDA_ERROR_NOT_INITIALIZED;                 \
+        }                                                                              \
+        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+    }
+GS_DESC_COPY_IMPL(copy2d, gs_pfn_cuMemcpy2D_v2, (void *const *real_slot, int ptsz, const CUDA_MEMCPY2D *pCopy), NULL,
+                  (pCopy))
+GS_DESC_COPY_IMPL(copy2d_async, gs_pfn_cuMemcpy2DAsync_v2,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY2D *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+GS_DESC_COPY_IMPL(copy3d, gs_pfn_cuMemcpy3D_v2, (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D *pCopy), NULL,
+                  (pCopy))
+GS_DESC_COPY_IMPL(copy3d_async, gs_pfn_cuMemcpy3DAsync_v2,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+GS_DESC_COPY_IMPL(copy3d_peer, gs_pfn_cuMemcpy3DPeer,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D_PEER *pCopy), NULL, (pCopy))
+GS_DESC_COPY_IMPL(copy3d_peer_async, gs_pfn_cuMemcpy3DPeerAsync,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+#undef GS_DESC_COPY_IMPL
 #undef GS_COPY_IMPL
 
 /* ---------------- stream capture: count active captures ---------------- */

@@ -105,6 +105,22 @@ int main(void)
         BY_NAME(CUresult(*)(CUdeviceptr *, size_t), "cuMemAlloc_v2")(&b, 64 * 1024))
         return 3;
 
+    /* 2D / 3D / peer / batch copies between a and b (8 rows of 256 bytes at a 512-byte pitch, 2 slices) */
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 512,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 512,
+                        .WidthInBytes = 256, .Height = 8};
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 512, .srcHeight = 8,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 512, .dstHeight = 8,
+                        .WidthInBytes = 256, .Height = 8, .Depth = 2};
+    CUDA_MEMCPY3D_PEER c3p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcContext = primary,
+                              .srcPitch = 512, .srcHeight = 8, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+                              .dstContext = primary, .dstPitch = 512, .dstHeight = 8, .WidthInBytes = 256, .Height = 8,
+                              .Depth = 2};
+    CUdeviceptr batch_dst[2] = {b, b + 8192}, batch_src[2] = {a, a + 8192};
+    size_t batch_size[2] = {4096, 4096}, batch_attr_idx[1] = {0};
+    /* CUmemcpyAttributes (24 bytes in cuda.h); the simulated driver only counts them */
+    CUmemcpyAttributes *batch_attr = (CUmemcpyAttributes *)(void *)(unsigned long long[4]){0};
+
     /* Order matters where one row needs another's result: rows are called
      * in table order, which allocates before it frees. */
     int rows = row_count();
@@ -162,6 +178,32 @@ int main(void)
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream), a, 1, 2048, s);
         else if (IS("cuMemsetD32Async") || IS("cuMemsetD32Async_ptsz"))
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream), a, 1, 1024, s);
+        else if (IS("cuMemcpy2D_v2") || IS("cuMemcpy2D_v2_ptds") || IS("cuMemcpy2DUnaligned_v2") ||
+                 IS("cuMemcpy2DUnaligned_v2_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY2D *), &c2);
+        else if (IS("cuMemcpy2DAsync_v2") || IS("cuMemcpy2DAsync_v2_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY2D *, CUstream), &c2, s);
+        else if (IS("cuMemcpy3D_v2") || IS("cuMemcpy3D_v2_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D *), &c3);
+        else if (IS("cuMemcpy3DAsync_v2") || IS("cuMemcpy3DAsync_v2_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D *, CUstream), &c3, s);
+        else if (IS("cuMemcpy3DPeer") || IS("cuMemcpy3DPeer_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D_PEER *), &c3p);
+        else if (IS("cuMemcpy3DPeerAsync") || IS("cuMemcpy3DPeerAsync_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D_PEER *, CUstream), &c3p, s);
+        else if (IS("cuMemcpyPeer") || IS("cuMemcpyPeer_ptds"))
+            rc = CALL(CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t), b, primary, a, primary, 4096);
+        else if (IS("cuMemcpyPeerAsync") || IS("cuMemcpyPeerAsync_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream), b, primary, a,
+                      primary, 4096, s);
+        else if (IS("cuMemcpyBatchAsync") || IS("cuMemcpyBatchAsync_ptsz")) {
+            size_t fail;
+            rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                                  size_t *, CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1,
+                      &fail, s);
+        } else if (IS("cuMemcpyBatchAsync_v2"))
+            rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                                  CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1, s);
         else if (IS("cuMemAlloc"))
             rc = CALL(CUresult(*)(unsigned int *, unsigned int), &small, 4096);
         else if (IS("cuMemAlloc_v2"))
