@@ -2,7 +2,7 @@
  * stream-ordered pools, context teardown. After each step it prints what
  * this process holds at tokend (the shim's own ledger counter):
  *
- *   memory_probe vmm | pool | teardown
+ *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -163,6 +163,60 @@ static int run_copies(void)
     return 0;
 }
 
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
+CUresult cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                               CUstream);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+
+/* 2D, 3D, peer and batch device-to-device copies, 4 MiB each (gated),
+ * then 2D host-to-device copies (not gated): the gate counters after each. */
+static int run_shaped_copies(void)
+{
+    CUdeviceptr a, b;
+    CUstream s;
+    check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
+    check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
+    check(cuStreamCreate(&s, 0), "cuStreamCreate");
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 4096,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 4096,
+                        .WidthInBytes = 4096, .Height = 1024};
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 4096, .srcHeight = 256,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 4096, .dstHeight = 256,
+                        .WidthInBytes = 4096, .Height = 256, .Depth = 4};
+    CUdeviceptr dsts[2] = {b, b + 2 * MiB}, srcs[2] = {a, a + 2 * MiB};
+    size_t sizes[2] = {2 * MiB, 2 * MiB}, attr_idx[1] = {0};
+    unsigned long long attr[4] = {0};   /* CUmemcpyAttributes: 24 bytes in cuda.h */
+    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
+    if (stats_fn)
+        stats_fn(&s0);
+    for (int i = 0; i < 10; i++) {
+        check(cuMemcpy2D_v2(&c2), "cuMemcpy2D_v2");
+        check(cuMemcpy3D_v2(&c3), "cuMemcpy3D_v2");
+        check(cuMemcpyPeerAsync(b, primary, a, primary, 4 * MiB, s), "cuMemcpyPeerAsync");
+        check(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 2, (CUmemcpyAttributes *)(void *)attr, attr_idx, 1, s),
+              "cuMemcpyBatchAsync_v2");
+    }
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    usleep(200000);   /* the idle slice ends and is charged */
+    if (stats_fn)
+        stats_fn(&s1);
+    static char host[4 * MiB];
+    CUDA_MEMCPY2D h2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = 4096,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a, .dstPitch = 4096,
+                        .WidthInBytes = 4096, .Height = 1024};
+    for (int i = 0; i < 20; i++)
+        check(cuMemcpy2D_v2(&h2), "cuMemcpy2D_v2 (host to device)");
+    usleep(200000);
+    if (stats_fn)
+        stats_fn(&s2);
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
+    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    return 0;
+}
+
 /* A context that costs more than the shim's reserve: after a memory query
  * the charge follows NVML's per-process used memory. */
 static int run_overhead(void)
@@ -195,5 +249,7 @@ int main(int argc, char **argv)
         return run_overhead();
     if (!strcmp(argv[1], "copies"))
         return run_copies();
+    if (!strcmp(argv[1], "shaped_copies"))
+        return run_shaped_copies();
     return 2;
 }
