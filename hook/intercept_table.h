@@ -9,7 +9,8 @@
  *     ptsz     1 for the per-thread-default-stream variant, chosen by
  *              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
  *     lib      CUDA or NVML: which real library defines it
- *     path     FAST: the token gate's inline fast path (launches), else PLAIN
+ *     path     FAST: the token gate's inline fast path (launches); GRAPH: the
+ *              same while no graph with memory nodes is known; else PLAIN
  *     impl     the hand-written core in overrides.c both routes call
  *     ret, params, args   the C signature and the forwarded argument list
  *
@@ -66,10 +67,18 @@
       (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra)) \
     X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
-    X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* graph launches: the fast path while no graph with memory nodes is known (GRAPH) */ \
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, GRAPH, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, GRAPH, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, GRAPH, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, GRAPH, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* graph memory (memory_pools.h): what an exec's alloc nodes take, the pool's trim */ \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, CUDA, PLAIN, graph_instantiate, CUresult, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags), (phGraphExec, hGraph, flags)) \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, CUDA, PLAIN, graph_exec_destroy, CUresult, \
+      (CUgraphExec hGraphExec), (hGraphExec)) \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, CUDA, PLAIN, graph_mem_trim, CUresult, (CUdevice device), \
+      (device)) \
     /* stream capture: launches into a capturing stream are recorded, not run (stream_capture.h) */ \
     X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
     X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, 1, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \

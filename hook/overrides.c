@@ -86,10 +86,25 @@ static inline CUresult impl_launch_cooperative(void *const *real_slot, int ptsz,
     GS_LAUNCH_CORE(gs_pfn_cuLaunchCooperativeKernel, hStream, GS_COOP_ARGS)
 }
 
+static CUresult graph_launch_gated(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+}
+
+/* A graph with memory nodes takes its bytes from the graph memory pool:
+ * the pool's growth is charged first (refused over the quota), its real
+ * footprint after (memory_pools.h). cuGraphUpload has the same signature
+ * and the same memory. */
 static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgraphExec hGraphExec,
                                          CUstream hStream)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+    if (!__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_ACQUIRE) || !gs_shim_metered())
+        return graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
+    if (!gs_graph_memory_charge(hGraphExec))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
+    gs_pools_reconcile();
+    return rc;
 }
 
 /* Calls whose success changes what the ledger must know, after the fact. */
@@ -104,10 +119,31 @@ static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgra
     }                                                                                  \
     return rc;
 
-/* cuGraphUpload puts the graph's work in place on the stream: gated like a launch. */
+/* cuGraphUpload puts the graph's work and memory in place on the stream:
+ * gated and charged like a launch. */
 static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuGraphUpload, hStream, (hGraphExec, hStream))
+    return impl_graph_launch(real_slot, ptsz, hGraphExec, hStream);
+}
+
+static inline CUresult impl_graph_instantiate(void *const *real_slot, int ptsz, CUgraphExec *phGraphExec,
+                                              CUgraph hGraph, unsigned long long flags)
+{
+    gs_slot *slot;
+    GS_AFTER_CORE(gs_pfn_cuGraphInstantiateWithFlags, (phGraphExec, hGraph, flags),
+                  if (phGraphExec && (slot = gs_shim_slot_for_allocation(NULL)))
+                      gs_graph_memory_instantiated(&slot->ledger, *phGraphExec, hGraph))
+}
+
+static inline CUresult impl_graph_exec_destroy(void *const *real_slot, int ptsz, CUgraphExec hGraphExec)
+{
+    GS_AFTER_CORE(gs_pfn_cuGraphExecDestroy, (hGraphExec), gs_graph_memory_forget(hGraphExec); gs_pools_reconcile())
+}
+
+/* The graph memory pool gives back what no graph uses. */
+static inline CUresult impl_graph_mem_trim(void *const *real_slot, int ptsz, CUdevice device)
+{
+    GS_AFTER_CORE(gs_pfn_cuDeviceGraphMemTrim, (device), gs_pools_reconcile())
 }
 
 /* Device-side copies and fills: the launch core with the row's own
@@ -873,7 +909,7 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
 /* Fast path: real pointer loaded, gate open for this thread's slice ->
  * tail-jump to the driver. Anything else -> the slow twin (same
  * signature, so that is a tail jump too). */
-#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args)            \
+#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args, fast_ok)   \
     static __attribute__((noinline, cold)) ret prefix##slow_##name params               \
     {                                                                                   \
         return impl_##impl(&slots[GS_ID_##name], ptsz, GS_UNPAREN args);                \
@@ -881,12 +917,14 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     static ret prefix##name params                                                      \
     {                                                                                   \
         gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&slots[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+        if (__builtin_expect(fn != NULL, 1) && (fast_ok) && gs_gate_fast_enter())       \
             return fn args;                                                             \
         return prefix##slow_##name args;                                                \
     }
 
-#define GS_WRAP_FAST(name, ptsz, impl, ret, params, args)                             \
+/* fast_ok: 1 for launches and copies (compiled away); for graph launches,
+ * "no graph with memory nodes is known" (one relaxed load). */
+#define GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, fast_ok)                 \
     static __attribute__((noinline, cold)) ret gs_slow_##name params                    \
     {                                                                                   \
         return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
@@ -894,12 +932,16 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     GS_EXPORT ret name params                                                           \
     {                                                                                   \
         gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_exported[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+        if (__builtin_expect(fn != NULL, 1) && (fast_ok) && gs_gate_fast_enter())       \
             return fn args;                                                             \
         return gs_slow_##name args;                                                     \
     }                                                                                   \
-    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args)       \
-    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args)
+    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args, fast_ok) \
+    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args, fast_ok)
+
+#define GS_WRAP_FAST(name, ptsz, impl, ret, params, args) GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, 1)
+#define GS_WRAP_GRAPH(name, ptsz, impl, ret, params, args)                            \
+    GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, !__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_RELAXED))
 
 #define GS_X_WRAPPERS(name, base, version, ptsz, lib, path, impl, ret, params, args)     \
     GS_WRAP_##path(name, ptsz, impl, ret, params, args)

@@ -232,6 +232,42 @@ enum {
     CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
 };
 
+/* Graph memory nodes (cuGraphAddMemAllocNode / cuGraphAddMemFreeNode, and
+ * cuMemAllocAsync / cuMemFreeAsync in a capturing stream): allocated from
+ * the device's graph memory pool at graph launch / upload; its footprint
+ * is cuDeviceGetGraphMemAttribute(RESERVED_MEM_CURRENT), given back by
+ * cuDeviceGraphMemTrim. Layouts and values from CUDA 13 cuda.h. */
+typedef int CUgraphMem_attribute;            /* enum */
+enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+};
+typedef int CUgraphNodeType;                 /* enum */
+enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+};
+enum { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };
+typedef struct CUmemPoolProps_st {
+    int allocType;                   /* CUmemAllocationType */
+    int handleTypes;                 /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const struct CUmemAccessDesc_st *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;                /* out: the allocation's address */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
 /* Bytes per element of an array format (unknown formats count 4). */
 static inline size_t cuda_abi_format_bytes(CUarray_format f) {
     switch (f) {

@@ -415,6 +415,10 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
+    /* Into a capturing stream: a mem alloc node of the capture graph,
+     * allocated from the graph memory pool when the graph runs. */
+    CUgraph capture = sim_stream_capture_graph(s);
+    if (capture) return dptr ? sim_graph_add_mem_alloc(capture, bytesize, NULL, dptr) : CUDA_ERROR_INVALID_VALUE;
     return pool_allocate(pool, bytesize, dptr);
 }
 CUresult sim_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
@@ -439,6 +443,11 @@ CU_EXPORT(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CU
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    struct CUstream_st *cs;
+    if ((rc = sim_stream_resolve(hStream, ptds, &cs))) return rc;
+    CUgraph capture = sim_stream_capture_graph(cs);
+    /* A graph allocation freed in its capture: a mem free node. */
+    if (capture && sim_graph_add_mem_free(capture, dptr, NULL) == CUDA_SUCCESS) return CUDA_SUCCESS;
     struct allocation a;
     if (!table_find_range((uintptr_t)dptr, 1, &a) || a.base != (uintptr_t)dptr ||
         (a.kind != ALLOC_DEVICE && a.kind != ALLOC_POOL))

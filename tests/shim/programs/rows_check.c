@@ -71,7 +71,7 @@ int main(void)
     uint64_t ns = 1000;
     void *params[] = {&ns};
     CUgraph graph;
-    CUgraphExec exec;
+    CUgraphExec exec, exec2 = NULL;
     cuGraphCreate(&graph, 0);
     cuGraphInstantiateWithFlags(&exec, graph, 0);
     CUlaunchConfig cfg = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
@@ -142,6 +142,12 @@ int main(void)
             rc = CALL(CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **), &cfg, f, params, NULL);
         else if (IS("cuGraphLaunch") || IS("cuGraphLaunch_ptsz") || IS("cuGraphUpload") || IS("cuGraphUpload_ptsz"))
             rc = CALL(CUresult(*)(CUgraphExec, CUstream), exec, s);
+        else if (IS("cuGraphInstantiateWithFlags"))
+            rc = CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), &exec2, graph, 0);
+        else if (IS("cuGraphExecDestroy"))
+            rc = CALL(CUresult(*)(CUgraphExec), exec2);
+        else if (IS("cuDeviceGraphMemTrim"))
+            rc = CALL(CUresult(*)(CUdevice), dev);
         else if (IS("cuStreamBeginCapture") || IS("cuStreamBeginCapture_ptsz")) {
             rc = CALL(CUresult(*)(CUstream), s);
             if (!rc)
