@@ -326,14 +326,14 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
 
 /* Stream-ordered allocations are charged by the pool's footprint
  * (memory_pools.h): the growth the pool needs before the call, the pool's
- * real footprint after it. */
+ * real footprint after it. Into a capturing stream the allocation becomes
+ * a graph mem alloc node: the graph memory pool pays for it at launch. */
 #define GS_POOL_ALLOC_CORE(pfn_type, call_args, pool_expr)                             \
-    (void)ptsz;                                                                        \
     pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
     if (!fn)                                                                           \
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     gs_slot *slot = gs_shim_slot_for_allocation(NULL);                                 \
-    if (!slot)                                                                         \
+    if (!slot || (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   \
         return fn call_args;                                                           \
     CUmemoryPool from = (pool_expr);                                                   \
     if (from && !gs_pool_charge_growth(&slot->ledger, from, bytesize))                 \

@@ -2,7 +2,7 @@
  * stream-ordered pools, context teardown. After each step it prints what
  * this process holds at tokend (the shim's own ledger counter):
  *
- *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies
+ *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_over
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -217,6 +217,84 @@ static int run_shaped_copies(void)
     return 0;
 }
 
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void *);
+
+/* A graph captured from cuMemAllocAsync + cuMemFreeAsync of bytes. */
+static CUgraphExec captured_graph_with_memory(CUstream s, size_t bytes)
+{
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    check(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture_v2");
+    check(cuMemAllocAsync(&p, bytes, s), "cuMemAllocAsync (captured)");
+    check(cuMemFreeAsync(p, s), "cuMemFreeAsync (captured)");
+    check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+    check(cuGraphInstantiateWithFlags(&e, g, 0), "cuGraphInstantiateWithFlags");
+    return e;
+}
+
+static unsigned long long graph_reserved(void)
+{
+    cuuint64_t v = 0;
+    check(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v), "cuDeviceGetGraphMemAttribute");
+    return (unsigned long long)v;
+}
+
+/* Graph memory: charged when a launch takes it, kept (the graph memory
+ * pool keeps it after the graph frees it) until cuDeviceGraphMemTrim. */
+static int run_graph(void)
+{
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraphExec e = captured_graph_with_memory(s, 256 * MiB);
+    held("after_instantiate");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_launch");
+    printf("reserved_after_launch=%llu\n", graph_reserved());
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_relaunch");
+    check(cuGraphExecDestroy(e), "cuGraphExecDestroy");
+    held("after_exec_destroy");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_trim");
+    printf("reserved_after_trim=%llu\n", graph_reserved());
+    /* an upload takes the memory too */
+    e = captured_graph_with_memory(s, 64 * MiB);
+    check(cuGraphUpload(e, s), "cuGraphUpload");
+    held("after_upload");
+    check(cuGraphExecDestroy(e), "cuGraphExecDestroy");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_second_trim");
+    return 0;
+}
+
+/* A graph whose memory is beyond the group's quota: its launch is refused
+ * (out of memory) before the driver takes anything. */
+static int run_graph_over(size_t bytes)
+{
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraphExec e = captured_graph_with_memory(s, bytes);
+    printf("launch_rc=%d\n", (int)cuGraphLaunch(e, s));
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_refused_launch");
+    printf("reserved_after_refused_launch=%llu\n", graph_reserved());
+    printf("upload_rc=%d\n", (int)cuGraphUpload(e, s));
+    return 0;
+}
+
 /* A context that costs more than the shim's reserve: after a memory query
  * the charge follows NVML's per-process used memory. */
 static int run_overhead(void)
@@ -251,5 +329,9 @@ int main(int argc, char **argv)
         return run_copies();
     if (!strcmp(argv[1], "shaped_copies"))
         return run_shaped_copies();
+    if (!strcmp(argv[1], "graph"))
+        return run_graph();
+    if (!strcmp(argv[1], "graph_over"))
+        return run_graph_over(3072 * MiB);
     return 2;
 }
