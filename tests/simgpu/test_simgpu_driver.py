@@ -177,3 +177,27 @@ def test_2d_3d_peer_and_batch_copies_follow_their_descriptors(programs, processe
     assert values["array_roundtrip_ok"] == "1"
     assert float(values["copy2d_32mib_ms"]) >= 0.95 * 32 * MiB / 1e6
     assert float(values["copy2d_async_total_ms"]) >= 0.95 * 32 * MiB / 1e6
+
+
+def test_graph_memory_pool_follows_launches_and_trims(programs, processes, sim_name, parse):
+    """cuMemAllocAsync / cuMemFreeAsync in a capture become mem alloc / free
+    nodes; the graph memory pool grows at the launch, keeps the memory
+    after the graph frees it (reused by the relaunch) and gives it back to
+    the device at cuDeviceGraphMemTrim; an allocation the graph does not
+    free stays used (trim keeps it; relaunching first is refused); graph
+    memory beyond the device is out of memory at launch and upload."""
+    values = parse(processes.run([programs["driver_check"], "graphmem"], simgpu.env(sim_name, memory="4GiB")).stdout)
+    assert values["captured_nodes"] == "3"
+    assert values["captured_types"] == "10,0,11"          # mem alloc, kernel, mem free
+    assert values["reserved_before_launch"] == "0"
+    assert values["reserved_after_launch"] == str(64 * MiB)
+    assert values["used_after_launch"] == "0"
+    assert values["used_high"] == str(64 * MiB)
+    assert values["free_drop"] == str(64 * MiB)           # device memory, seen by cuMemGetInfo
+    assert values["reserved_after_relaunch"] == str(64 * MiB)
+    assert values["reserved_after_trim"] == "0" and values["free_restored"] == "1"
+    assert values["alloc_node_dptr_set"] == "1"
+    assert values["used_unfreed"] == str(32 * MiB)
+    assert values["reserved_trim_while_used"] == str(32 * MiB)
+    assert values["reserved_after_exec_destroy_trim"] == "0"
+    assert values["reserved_after_oom"] == "0"

@@ -66,6 +66,14 @@ CUresult cuEventElapsedTime(float *, CUevent, CUevent);
 CUresult cuEventDestroy_v2(CUevent);
 CUresult cuGraphCreate(CUgraph *, unsigned);
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
+CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType *);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void *);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *, CUstream);
 CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
 CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *);
@@ -290,6 +298,89 @@ static int shaped(void) {
     double queued = now_ms() - t0;
     CHECK(cuStreamSynchronize(s));
     printf("copy2d_async_queued_ms=%.1f\ncopy2d_async_total_ms=%.1f\n", queued, now_ms() - t0);
+    return 0;
+}
+
+static unsigned long long graph_attr(CUgraphMem_attribute attr) {
+    cuuint64_t v = 0;
+    CHECK(cuDeviceGetGraphMemAttribute(0, attr, &v));
+    return (unsigned long long)v;
+}
+
+/* Graph memory: captured stream-ordered allocations become mem alloc /
+ * free nodes; a launch takes the bytes from the graph memory pool, which
+ * keeps them until trimmed; unfreed allocations stay used; a graph larger
+ * than the device is out of memory at launch. */
+static int graphmem(void) {
+    size_t free0, free1, total;
+    CUstream s;
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemGetInfo_v2(&free0, &total));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuMemAllocAsync(&p, 64 << 20, s));
+    launch_sleep(s, 1000000);
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamEndCapture(s, &g));
+    CUgraphNode nodes[8];
+    size_t n = 8;
+    CHECK(cuGraphGetNodes(g, nodes, &n));
+    CUgraphNodeType t0, t1, t2;
+    CHECK(cuGraphNodeGetType(nodes[0], &t0));
+    CHECK(cuGraphNodeGetType(nodes[1], &t1));
+    CHECK(cuGraphNodeGetType(nodes[2], &t2));
+    printf("captured_nodes=%zu\ncaptured_types=%d,%d,%d\n", n, t0, t1, t2);
+    CHECK(cuGraphInstantiateWithFlags(&e, g, 0));
+    printf("reserved_before_launch=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("reserved_after_launch=%llu\nused_after_launch=%llu\nused_high=%llu\nfree_drop=%zu\n",
+           graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+           graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH), free0 - free1);
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("reserved_after_relaunch=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuDeviceGraphMemTrim(0));
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("reserved_after_trim=%llu\nfree_restored=%d\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+           free1 == free0);
+    /* an explicit alloc node without a free node */
+    CUgraph g2;
+    CUgraphExec e2;
+    CUgraphNode an, fn;
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = {.poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                                   .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}},
+                                     .bytesize = 32 << 20};
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphAddMemAllocNode(&an, g2, NULL, 0, &ap));
+    printf("alloc_node_dptr_set=%d\n", ap.dptr != 0);
+    EXPECT(cuGraphAddMemFreeNode(&fn, g2, NULL, 0, ap.dptr + 4096), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEM_ALLOC_NODE_PARAMS host = ap;
+    host.poolProps.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    EXPECT(cuGraphAddMemAllocNode(&fn, g2, NULL, 0, &host), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGraphInstantiateWithFlags(&e2, g2, 0));
+    CHECK(cuGraphLaunch(e2, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("used_unfreed=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT));
+    EXPECT(cuGraphLaunch(e2, s), CUDA_ERROR_INVALID_VALUE);   /* its allocation is still live */
+    CHECK(cuDeviceGraphMemTrim(0));
+    printf("reserved_trim_while_used=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuGraphExecDestroy(e2));
+    CHECK(cuDeviceGraphMemTrim(0));
+    printf("reserved_after_exec_destroy_trim=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    /* more graph memory than the device has */
+    CUgraph g3;
+    CUgraphExec e3;
+    ap.bytesize = total + (1 << 20);
+    CHECK(cuGraphCreate(&g3, 0));
+    CHECK(cuGraphAddMemAllocNode(&an, g3, NULL, 0, &ap));
+    CHECK(cuGraphInstantiateWithFlags(&e3, g3, 0));
+    EXPECT(cuGraphLaunch(e3, s), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT(cuGraphUpload(e3, s), CUDA_ERROR_OUT_OF_MEMORY);
+    printf("reserved_after_oom=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
     return 0;
 }
 
@@ -521,6 +612,7 @@ int main(int argc, char **argv) {
     setup();
     if (strcmp(what, "memory") == 0) return memory();
     if (strcmp(what, "shaped") == 0) return shaped();
+    if (strcmp(what, "graphmem") == 0) return graphmem();
     if (strcmp(what, "oom") == 0 && argc == 3) return oom(strtoull(argv[2], NULL, 10));
     if (strcmp(what, "events") == 0 && argc == 4) return events(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     if (strcmp(what, "order") == 0) return order();
