@@ -98,7 +98,8 @@ static CUresult graph_launch_gated(void *const *real_slot, int ptsz, CUgraphExec
 static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgraphExec hGraphExec,
                                          CUstream hStream)
 {
-    if (!__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_ACQUIRE) || !gs_shim_metered())
+    if (!__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_ACQUIRE) || !gs_shim_metered() ||
+        (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   /* a child graph node: nothing runs */
         return graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
     if (!gs_graph_memory_charge(hGraphExec))
         return CUDA_ERROR_OUT_OF_MEMORY;
