@@ -133,6 +133,25 @@ static int run_teardown(void)
     return 0;
 }
 
+/* The gate counters after settle_us (200 ms: an idle slice ends and is charged). */
+static gslice_shim_stats gate_counters(useconds_t settle_us)
+{
+    gslice_shim_stats s = {0};
+    if (settle_us)
+        usleep(settle_us);
+    if (stats_fn)
+        stats_fn(&s);
+    return s;
+}
+
+/* s0 before the device-side copies, s1 after them, s2 after the host ones. */
+static void print_copy_gating(gslice_shim_stats s0, gslice_shim_stats s1, gslice_shim_stats s2)
+{
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
+    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+}
+
 /* 50 device-to-device copies and 50 fills of 4 MiB (gated), then host to
  * device copies (not gated): the gate counters after each part. */
 static int run_copies(void)
@@ -140,26 +159,17 @@ static int run_copies(void)
     CUdeviceptr a, b;
     check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
     check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
-    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
-    if (stats_fn)
-        stats_fn(&s0);
+    gslice_shim_stats s0 = gate_counters(0);
     for (int i = 0; i < 50; i++) {
         check(cuMemcpyDtoD_v2(b, a, 4 * MiB), "cuMemcpyDtoD_v2");
         check(cuMemsetD32Async(a, 7, MiB, NULL), "cuMemsetD32Async");
     }
     check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
-    usleep(200000);   /* the idle slice ends and is charged */
-    if (stats_fn)
-        stats_fn(&s1);
+    gslice_shim_stats s1 = gate_counters(200000);
     static char host[4 * MiB];
     for (int i = 0; i < 20; i++)
         check(cuMemcpyHtoD_v2(a, host, sizeof host), "cuMemcpyHtoD_v2");
-    usleep(200000);
-    if (stats_fn)
-        stats_fn(&s2);
-    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
-    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
-    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    print_copy_gating(s0, s1, gate_counters(200000));
     return 0;
 }
 
@@ -188,9 +198,7 @@ static int run_shaped_copies(void)
     CUdeviceptr dsts[2] = {b, b + 2 * MiB}, srcs[2] = {a, a + 2 * MiB};
     size_t sizes[2] = {2 * MiB, 2 * MiB}, attr_idx[1] = {0};
     unsigned long long attr[4] = {0};   /* CUmemcpyAttributes: 24 bytes in cuda.h */
-    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
-    if (stats_fn)
-        stats_fn(&s0);
+    gslice_shim_stats s0 = gate_counters(0);
     for (int i = 0; i < 10; i++) {
         check(cuMemcpy2D_v2(&c2), "cuMemcpy2D_v2");
         check(cuMemcpy3D_v2(&c3), "cuMemcpy3D_v2");
@@ -199,21 +207,14 @@ static int run_shaped_copies(void)
               "cuMemcpyBatchAsync_v2");
     }
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
-    usleep(200000);   /* the idle slice ends and is charged */
-    if (stats_fn)
-        stats_fn(&s1);
+    gslice_shim_stats s1 = gate_counters(200000);
     static char host[4 * MiB];
     CUDA_MEMCPY2D h2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = 4096,
                         .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a, .dstPitch = 4096,
                         .WidthInBytes = 4096, .Height = 1024};
     for (int i = 0; i < 20; i++)
         check(cuMemcpy2D_v2(&h2), "cuMemcpy2D_v2 (host to device)");
-    usleep(200000);
-    if (stats_fn)
-        stats_fn(&s2);
-    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
-    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
-    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    print_copy_gating(s0, s1, gate_counters(200000));
     return 0;
 }
 
