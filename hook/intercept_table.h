@@ -165,6 +165,8 @@
       GS_BATCH_ARGS) \
     X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, 0, CUDA, FAST, copy_batch_v2, CUresult, GS_BATCH_V2_PARAMS, \
       GS_BATCH_V2_ARGS) \
+    X(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync, 13000, 1, CUDA, FAST, copy_batch_v2, CUresult, GS_BATCH_V2_PARAMS, \
+      GS_BATCH_V2_ARGS) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \

@@ -1219,4 +1219,6 @@ CUresult sim_cuMemcpyBatchAsync_ptsz(BATCH_PARAMS, size_t *fail, CUstream st) { 
 CU_EXPORT(cuMemcpyBatchAsync_ptsz, (BATCH_PARAMS, size_t *fail, CUstream st));
 CUresult sim_cuMemcpyBatchAsync_v2(BATCH_PARAMS, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, NULL, st, false); }
 CU_EXPORT(cuMemcpyBatchAsync_v2, (BATCH_PARAMS, CUstream st));
+CUresult sim_cuMemcpyBatchAsync_v2_ptsz(BATCH_PARAMS, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, NULL, st, true); }
+CU_EXPORT(cuMemcpyBatchAsync_v2_ptsz, (BATCH_PARAMS, CUstream st));
 #undef BATCH_PARAMS

@@ -207,7 +207,7 @@ int main(void)
             rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
                                   size_t *, CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1,
                       &fail, s);
-        } else if (IS("cuMemcpyBatchAsync_v2"))
+        } else if (IS("cuMemcpyBatchAsync_v2") || IS("cuMemcpyBatchAsync_v2_ptsz"))
             rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
                                   CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1, s);
         else if (IS("cuMemAlloc"))
