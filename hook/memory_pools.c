@@ -219,6 +219,17 @@ void gs_graph_memory_forget(CUgraphExec exec)
     pthread_mutex_unlock(&pools_mu);
 }
 
+void gs_graph_pool_watch(struct gs_ledger_account *account)
+{
+    CUdevice dev;
+    if (!account || !gs_cu.cuDeviceGetGraphMemAttribute || !gs_cu.cuCtxGetDevice ||
+        gs_cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        return;
+    pthread_mutex_lock(&pools_mu);
+    pool_entry_locked(account, NULL, dev);
+    pthread_mutex_unlock(&pools_mu);
+}
+
 void gs_pools_fork_child(void)
 {
     pthread_mutex_init(&pools_mu, NULL);

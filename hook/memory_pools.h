@@ -40,6 +40,10 @@ void gs_graph_memory_instantiated(struct gs_ledger_account *account, CUgraphExec
 bool gs_graph_memory_charge(CUgraphExec exec);
 /* cuGraphExecDestroy. */
 void gs_graph_memory_forget(CUgraphExec exec);
+/* Follow the current device's graph memory pool from now on (memory
+ * queries call it): graphs instantiated by a route the table does not see
+ * are charged by the pool's footprint at the next query. */
+void gs_graph_pool_watch(struct gs_ledger_account *account);
 /* How many execs with graph memory are known (__atomic, relaxed load): the
  * graph launch wrappers take their slow path while it is not 0. */
 extern int gs_graph_memory_execs;

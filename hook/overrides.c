@@ -722,8 +722,10 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     CUresult rc = fn(free_bytes, total_bytes);
     if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
         return rc;
-    gs_pools_reconcile();
     gs_slot *slot = gs_slot_for_current_context(NULL);
+    if (slot)
+        gs_graph_pool_watch(&slot->ledger);
+    gs_pools_reconcile();
     gs_overhead_reconcile(slot);
     uint64_t total, left;
     if (group_view(slot, *total_bytes, *free_bytes, &total, &left, NULL)) {

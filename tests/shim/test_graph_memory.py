@@ -51,3 +51,12 @@ def test_graph_launch_beyond_the_quota_is_refused(runner, tokend, memory_probe):
     assert out["upload_rc"] == "2"
     assert out["after_refused_launch"] == "0"
     assert out["reserved_after_refused_launch"] == "0"    # the driver took nothing
+
+
+def test_graph_memory_of_an_unseen_instantiate_is_charged_at_the_next_query(runner, tokend, memory_probe):
+    """cuGraphInstantiate_v2 is not in the table (see hook/README.md): the
+    launch cannot be refused in advance, but the graph memory pool's
+    footprint is charged at the next memory query and given back at trim."""
+    out = run_probe(runner, tokend, memory_probe, "graph_unseen")
+    assert out["after_query"] == str(64 * MiB)
+    assert out["after_trim"] == "0"

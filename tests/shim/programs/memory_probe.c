@@ -2,7 +2,8 @@
  * stream-ordered pools, context teardown. After each step it prints what
  * this process holds at tokend (the shim's own ledger counter):
  *
- *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_over
+ *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_unseen
+ *                | graph_over
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -281,6 +282,32 @@ static int run_graph(void)
     return 0;
 }
 
+CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+
+/* A graph instantiated by a route the shim's table does not have (the CUDA
+ * 11 cuGraphInstantiate_v2): its memory is charged at the next memory query. */
+static int run_graph_unseen(void)
+{
+    CUstream s;
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    check(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture_v2");
+    check(cuMemAllocAsync(&p, 64 * MiB, s), "cuMemAllocAsync (captured)");
+    check(cuMemFreeAsync(p, s), "cuMemFreeAsync (captured)");
+    check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+    check(cuGraphInstantiate_v2(&e, g, NULL, NULL, 0), "cuGraphInstantiate_v2");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_trim");
+    return 0;
+}
+
 /* A graph whose memory is beyond the group's quota: its launch is refused
  * (out of memory) before the driver takes anything. */
 static int run_graph_over(size_t bytes)
@@ -332,6 +359,8 @@ int main(int argc, char **argv)
         return run_shaped_copies();
     if (!strcmp(argv[1], "graph"))
         return run_graph();
+    if (!strcmp(argv[1], "graph_unseen"))
+        return run_graph_unseen();
     if (!strcmp(argv[1], "graph_over"))
         return run_graph_over(3072 * MiB);
     return 2;
