@@ -331,6 +331,40 @@ int main(void)
             failures++;
         cuStreamSynchronize(s);
     }
+    /* The runtime's route: each driver row's base name (the name without
+     * _ptsz/_ptds and _vN), asked of cuGetProcAddress_v2 at CUDA 13.0 with
+     * the row's stream flavour, answers a shim wrapper. */
+    CUresult (*proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+        BY_NAME(CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *),
+                "cuGetProcAddress_v2");
+    int routed = 0;
+    for (int i = 0; i < rows; i++) {
+        const char *name = row_name(i);
+        if (strncmp(name, "cu", 2) != 0)
+            continue;
+        char base[128];
+        snprintf(base, sizeof base, "%s", name);
+        int per_thread = 0;
+        char *suffix = strstr(base, "_ptsz");
+        if (!suffix)
+            suffix = strstr(base, "_ptds");
+        if (suffix) {
+            *suffix = 0;
+            per_thread = 1;
+        }
+        char *version = strrchr(base, '_');
+        if (version && version[1] == 'v' && version[2] >= '0' && version[2] <= '9')
+            *version = 0;
+        void *pf = NULL;
+        CUresult rc = proc(base, &pf, 13000, per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &qs);
+        if (rc || strcmp(object_of(pf), "libgslice.so") != 0) {
+            printf("proc_unrouted=%s base=%s rc=%d object=%s\n", name, base, rc, object_of(pf));
+            failures++;
+        } else {
+            routed++;
+        }
+    }
+    printf("proc_routed=%d\n", routed);
     printf("failures=%d\n", failures);
     return failures ? 1 : 0;
 }
