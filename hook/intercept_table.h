@@ -9,7 +9,8 @@
  *     ptsz     1 for the per-thread-default-stream variant, chosen by
  *              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
  *     lib      CUDA or NVML: which real library defines it
- *     path     FAST: the token gate's inline fast path (launches), else PLAIN
+ *     path     FAST: the token gate's inline fast path (launches); GRAPH: the
+ *              same while no graph with memory nodes is known; else PLAIN
  *     impl     the hand-written core in overrides.c both routes call
  *     ret, params, args   the C signature and the forwarded argument list
  *
@@ -42,6 +43,20 @@
     const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 #define GS_CAPTURE_TO_GRAPH_ARGS (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)
 
+#define GS_PEER_PARAMS (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, \
+    size_t ByteCount)
+#define GS_PEER_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount)
+#define GS_PEER_ASYNC_PARAMS (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, \
+    CUcontext srcContext, size_t ByteCount, CUstream hStream)
+#define GS_PEER_ASYNC_ARGS (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream)
+/* cuMemcpyBatchAsync: CUDA 12.8 (failIdx) and cuMemcpyBatchAsync_v2: CUDA 13.0 (no failIdx) */
+#define GS_BATCH_PARAMS (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
+    CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
+#define GS_BATCH_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream)
+#define GS_BATCH_V2_PARAMS (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
+    CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+#define GS_BATCH_V2_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream)
+
 #define GS_INTERCEPT_TABLE(X) \
     /* work on the GPU */ \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUDA, FAST, launch_kernel, CUresult, GS_LAUNCH_PARAMS, GS_LAUNCH_ARGS) \
@@ -52,10 +67,18 @@
       (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra)) \
     X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1, CUDA, FAST, launch_cooperative, CUresult, GS_COOP_PARAMS, GS_COOP_ARGS) \
-    X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, FAST, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
-    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, FAST, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* graph launches: the fast path while no graph with memory nodes is known (GRAPH) */ \
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUDA, GRAPH, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUDA, GRAPH, graph_launch, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload, cuGraphUpload, 11010, 0, CUDA, GRAPH, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUDA, GRAPH, graph_upload, CUresult, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
+    /* graph memory (memory_pools.h): what an exec's alloc nodes take, the pool's trim */ \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, CUDA, PLAIN, graph_instantiate, CUresult, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags), (phGraphExec, hGraph, flags)) \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, CUDA, PLAIN, graph_exec_destroy, CUresult, \
+      (CUgraphExec hGraphExec), (hGraphExec)) \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, CUDA, PLAIN, graph_mem_trim, CUresult, (CUdevice device), \
+      (device)) \
     /* stream capture: launches into a capturing stream are recorded, not run (stream_capture.h) */ \
     X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
     X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, 1, CUDA, PLAIN, capture_begin_v1, CUresult, (CUstream hStream), (hStream)) \
@@ -104,6 +127,46 @@
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
     X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1, CUDA, FAST, fill32_async, CUresult, \
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    /* 2D / 3D copies: gated when neither side is host memory (device, array or unified), \
+     * else passed through like the host<->device copies above (PLAIN: the memory types are \
+     * read before the gate) */ \
+    X(cuMemcpy2D_v2, cuMemcpy2D, 3020, 0, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, 1, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, 0, CUDA, PLAIN, copy2d, CUresult, (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, 1, CUDA, PLAIN, copy2d, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy), (pCopy)) \
+    X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0, CUDA, PLAIN, copy2d_async, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1, CUDA, PLAIN, copy2d_async, CUresult, \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3D_v2, cuMemcpy3D, 3020, 0, CUDA, PLAIN, copy3d, CUresult, (const CUDA_MEMCPY3D *pCopy), (pCopy)) \
+    X(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, 1, CUDA, PLAIN, copy3d, CUresult, (const CUDA_MEMCPY3D *pCopy), (pCopy)) \
+    X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0, CUDA, PLAIN, copy3d_async, CUresult, \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1, CUDA, PLAIN, copy3d_async, CUresult, \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DPeer, cuMemcpy3DPeer, 4000, 0, CUDA, PLAIN, copy3d_peer, CUresult, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy)) \
+    X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer, 7000, 1, CUDA, PLAIN, copy3d_peer, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy)) \
+    X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, 0, CUDA, PLAIN, copy3d_peer_async, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream)) \
+    X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, 7000, 1, CUDA, PLAIN, copy3d_peer_async, CUresult, \
+      (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream)) \
+    /* peer copies: device to device, between contexts */ \
+    X(cuMemcpyPeer, cuMemcpyPeer, 4000, 0, CUDA, FAST, copy_peer, CUresult, GS_PEER_PARAMS, GS_PEER_ARGS) \
+    X(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, 1, CUDA, FAST, copy_peer, CUresult, GS_PEER_PARAMS, GS_PEER_ARGS) \
+    X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0, CUDA, FAST, copy_peer_async, CUresult, GS_PEER_ASYNC_PARAMS, \
+      GS_PEER_ASYNC_ARGS) \
+    X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, 1, CUDA, FAST, copy_peer_async, CUresult, GS_PEER_ASYNC_PARAMS, \
+      GS_PEER_ASYNC_ARGS) \
+    /* batch copies (unified addresses, either side may be host): gated like cuMemcpy */ \
+    X(cuMemcpyBatchAsync, cuMemcpyBatchAsync, 12080, 0, CUDA, FAST, copy_batch, CUresult, GS_BATCH_PARAMS, GS_BATCH_ARGS) \
+    X(cuMemcpyBatchAsync_ptsz, cuMemcpyBatchAsync, 12080, 1, CUDA, FAST, copy_batch, CUresult, GS_BATCH_PARAMS, \
+      GS_BATCH_ARGS) \
+    X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, 0, CUDA, FAST, copy_batch_v2, CUresult, GS_BATCH_V2_PARAMS, \
+      GS_BATCH_V2_ARGS) \
+    X(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync, 13000, 1, CUDA, FAST, copy_batch_v2, CUresult, GS_BATCH_V2_PARAMS, \
+      GS_BATCH_V2_ARGS) \
     /* allocations */ \
     X(cuMemAlloc, cuMemAlloc, 2000, 0, CUDA, PLAIN, mem_alloc_v1, CUresult, (unsigned int *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0, CUDA, PLAIN, mem_alloc, CUresult, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \

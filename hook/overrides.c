@@ -86,10 +86,26 @@ static inline CUresult impl_launch_cooperative(void *const *real_slot, int ptsz,
     GS_LAUNCH_CORE(gs_pfn_cuLaunchCooperativeKernel, hStream, GS_COOP_ARGS)
 }
 
+static CUresult graph_launch_gated(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
+{
+    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+}
+
+/* A graph with memory nodes takes its bytes from the graph memory pool:
+ * the pool's growth is charged first (refused over the quota), its real
+ * footprint after (memory_pools.h). cuGraphUpload has the same signature
+ * and the same memory. */
 static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgraphExec hGraphExec,
                                          CUstream hStream)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+    if (!__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_ACQUIRE) || !gs_shim_metered() ||
+        (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   /* a child graph node: nothing runs */
+        return graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
+    if (!gs_graph_memory_charge(hGraphExec))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
+    gs_pools_reconcile();
+    return rc;
 }
 
 /* Calls whose success changes what the ledger must know, after the fact. */
@@ -104,10 +120,31 @@ static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgra
     }                                                                                  \
     return rc;
 
-/* cuGraphUpload puts the graph's work in place on the stream: gated like a launch. */
+/* cuGraphUpload puts the graph's work and memory in place on the stream:
+ * gated and charged like a launch. */
 static inline CUresult impl_graph_upload(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuGraphUpload, hStream, (hGraphExec, hStream))
+    return impl_graph_launch(real_slot, ptsz, hGraphExec, hStream);
+}
+
+static inline CUresult impl_graph_instantiate(void *const *real_slot, int ptsz, CUgraphExec *phGraphExec,
+                                              CUgraph hGraph, unsigned long long flags)
+{
+    gs_slot *slot;
+    GS_AFTER_CORE(gs_pfn_cuGraphInstantiateWithFlags, (phGraphExec, hGraph, flags),
+                  if (phGraphExec && (slot = gs_shim_slot_for_allocation(NULL)))
+                      gs_graph_memory_instantiated(&slot->ledger, *phGraphExec, hGraph))
+}
+
+static inline CUresult impl_graph_exec_destroy(void *const *real_slot, int ptsz, CUgraphExec hGraphExec)
+{
+    GS_AFTER_CORE(gs_pfn_cuGraphExecDestroy, (hGraphExec), gs_graph_memory_forget(hGraphExec); gs_pools_reconcile())
+}
+
+/* The graph memory pool gives back what no graph uses. */
+static inline CUresult impl_graph_mem_trim(void *const *real_slot, int ptsz, CUdevice device)
+{
+    GS_AFTER_CORE(gs_pfn_cuDeviceGraphMemTrim, (device), gs_pools_reconcile())
 }
 
 /* Device-side copies and fills: the launch core with the row's own
@@ -137,6 +174,48 @@ GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
 GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
              hStream, (dst, v, n, hStream))
+GS_COPY_IMPL(copy_peer, gs_pfn_cuMemcpyPeer, (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_PARAMS), NULL,
+             GS_PEER_ARGS)
+GS_COPY_IMPL(copy_peer_async, gs_pfn_cuMemcpyPeerAsync,
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_ASYNC_PARAMS), hStream, GS_PEER_ASYNC_ARGS)
+GS_COPY_IMPL(copy_batch, gs_pfn_cuMemcpyBatchAsync, (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_PARAMS),
+             hStream, GS_BATCH_ARGS)
+GS_COPY_IMPL(copy_batch_v2, gs_pfn_cuMemcpyBatchAsync_v2,
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_V2_PARAMS), hStream, GS_BATCH_V2_ARGS)
+
+/* 2D / 3D copies name each side's memory type: a copy with a host side
+ * runs on the copy engines and passes ungated (as cuMemcpyHtoD does);
+ * device, array and unified sides take the launch core. */
+static inline bool device_side_copy(CUmemorytype src, CUmemorytype dst)
+{
+    return src != CU_MEMORYTYPE_HOST && dst != CU_MEMORYTYPE_HOST;
+}
+
+#define GS_DESC_COPY_IMPL(impl, pfn_type, params, stream, call_args)                   \
+    static inline CUresult impl_##impl params                                          \
+    {                                                                                  \
+        if (!pCopy || !device_side_copy(pCopy->srcMemoryType, pCopy->dstMemoryType)) { \
+            pfn_type pass = (pfn_type)real_cuda(real_slot);                            \
+            return pass ? pass call_args : CUDA_ERROR_NOT_INITIALIZED;                 \
+        }                                                                              \
+        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+    }
+GS_DESC_COPY_IMPL(copy2d, gs_pfn_cuMemcpy2D_v2, (void *const *real_slot, int ptsz, const CUDA_MEMCPY2D *pCopy), NULL,
+                  (pCopy))
+GS_DESC_COPY_IMPL(copy2d_async, gs_pfn_cuMemcpy2DAsync_v2,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY2D *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+GS_DESC_COPY_IMPL(copy3d, gs_pfn_cuMemcpy3D_v2, (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D *pCopy), NULL,
+                  (pCopy))
+GS_DESC_COPY_IMPL(copy3d_async, gs_pfn_cuMemcpy3DAsync_v2,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+GS_DESC_COPY_IMPL(copy3d_peer, gs_pfn_cuMemcpy3DPeer,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D_PEER *pCopy), NULL, (pCopy))
+GS_DESC_COPY_IMPL(copy3d_peer_async, gs_pfn_cuMemcpy3DPeerAsync,
+                  (void *const *real_slot, int ptsz, const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), hStream,
+                  (pCopy, hStream))
+#undef GS_DESC_COPY_IMPL
 #undef GS_COPY_IMPL
 
 /* ---------------- stream capture: count active captures ---------------- */
@@ -248,14 +327,14 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
 
 /* Stream-ordered allocations are charged by the pool's footprint
  * (memory_pools.h): the growth the pool needs before the call, the pool's
- * real footprint after it. */
+ * real footprint after it. Into a capturing stream the allocation becomes
+ * a graph mem alloc node: the graph memory pool pays for it at launch. */
 #define GS_POOL_ALLOC_CORE(pfn_type, call_args, pool_expr)                             \
-    (void)ptsz;                                                                        \
     pfn_type fn = (pfn_type)real_cuda(real_slot);                                      \
     if (!fn)                                                                           \
         return CUDA_ERROR_NOT_INITIALIZED;                                             \
     gs_slot *slot = gs_shim_slot_for_allocation(NULL);                                 \
-    if (!slot)                                                                         \
+    if (!slot || (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   \
         return fn call_args;                                                           \
     CUmemoryPool from = (pool_expr);                                                   \
     if (from && !gs_pool_charge_growth(&slot->ledger, from, bytesize))                 \
@@ -643,8 +722,10 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     CUresult rc = fn(free_bytes, total_bytes);
     if (rc != CUDA_SUCCESS || !free_bytes || !total_bytes || !gs_shim_metered())
         return rc;
-    gs_pools_reconcile();
     gs_slot *slot = gs_slot_for_current_context(NULL);
+    if (slot)
+        gs_graph_pool_watch(&slot->ledger);
+    gs_pools_reconcile();
     gs_overhead_reconcile(slot);
     uint64_t total, left;
     if (group_view(slot, *total_bytes, *free_bytes, &total, &left, NULL)) {
@@ -831,7 +912,7 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
 /* Fast path: real pointer loaded, gate open for this thread's slice ->
  * tail-jump to the driver. Anything else -> the slow twin (same
  * signature, so that is a tail jump too). */
-#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args)            \
+#define GS_WRAP_FAST_VIA(prefix, slots, name, ptsz, impl, ret, params, args, fast_ok)   \
     static __attribute__((noinline, cold)) ret prefix##slow_##name params               \
     {                                                                                   \
         return impl_##impl(&slots[GS_ID_##name], ptsz, GS_UNPAREN args);                \
@@ -839,12 +920,14 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     static ret prefix##name params                                                      \
     {                                                                                   \
         gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&slots[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+        if (__builtin_expect(fn != NULL, 1) && (fast_ok) && gs_gate_fast_enter())       \
             return fn args;                                                             \
         return prefix##slow_##name args;                                                \
     }
 
-#define GS_WRAP_FAST(name, ptsz, impl, ret, params, args)                             \
+/* fast_ok: 1 for launches and copies (compiled away); for graph launches,
+ * "no graph with memory nodes is known" (one relaxed load). */
+#define GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, fast_ok)                 \
     static __attribute__((noinline, cold)) ret gs_slow_##name params                    \
     {                                                                                   \
         return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
@@ -852,12 +935,16 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
     GS_EXPORT ret name params                                                           \
     {                                                                                   \
         gs_pfn_##name fn = (gs_pfn_##name)__atomic_load_n(&gs_real_exported[GS_ID_##name], __ATOMIC_RELAXED); \
-        if (__builtin_expect(fn != NULL, 1) && gs_gate_fast_enter())                    \
+        if (__builtin_expect(fn != NULL, 1) && (fast_ok) && gs_gate_fast_enter())       \
             return fn args;                                                             \
         return gs_slow_##name args;                                                     \
     }                                                                                   \
-    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args)       \
-    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args)
+    GS_WRAP_FAST_VIA(gs_proc_, gs_real_proc, name, ptsz, impl, ret, params, args, fast_ok) \
+    GS_WRAP_FAST_VIA(gs_alt_, gs_real_alt, name, ptsz, impl, ret, params, args, fast_ok)
+
+#define GS_WRAP_FAST(name, ptsz, impl, ret, params, args) GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, 1)
+#define GS_WRAP_GRAPH(name, ptsz, impl, ret, params, args)                            \
+    GS_WRAP_FAST_IF(name, ptsz, impl, ret, params, args, !__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_RELAXED))
 
 #define GS_X_WRAPPERS(name, base, version, ptsz, lib, path, impl, ret, params, args)     \
     GS_WRAP_##path(name, ptsz, impl, ret, params, args)

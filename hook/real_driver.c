@@ -100,6 +100,10 @@ static void load_cuda(void)
     gs_cu.cuThreadExchangeStreamCaptureMode = first_symbol(cuda_handle, "cuThreadExchangeStreamCaptureMode", NULL);
     gs_cu.cuMemPoolGetAttribute = first_symbol(cuda_handle, "cuMemPoolGetAttribute", NULL);
     gs_cu.cuDeviceGetMemPool = first_symbol(cuda_handle, "cuDeviceGetMemPool", NULL);
+    gs_cu.cuDeviceGetGraphMemAttribute = first_symbol(cuda_handle, "cuDeviceGetGraphMemAttribute", NULL);
+    gs_cu.cuGraphGetNodes = first_symbol(cuda_handle, "cuGraphGetNodes", NULL);
+    gs_cu.cuGraphNodeGetType = first_symbol(cuda_handle, "cuGraphNodeGetType", NULL);
+    gs_cu.cuGraphMemAllocNodeGetParams = first_symbol(cuda_handle, "cuGraphMemAllocNodeGetParams", NULL);
     if (!gs_cu.cuCtxGetCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxPopCurrent)
         GS_WARN("the CUDA driver %s lacks context calls the token gate needs "
                 "(cuCtxGetCurrent/cuCtxSynchronize/cuCtxPushCurrent_v2/cuCtxPopCurrent_v2)", cfg->real_libcuda);

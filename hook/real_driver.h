@@ -51,6 +51,11 @@ typedef struct gs_cuda_calls {
     /* pools (memory_pools.c) */
     CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
     CUresult (*cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
+    /* graph memory (memory_pools.c) */
+    CUresult (*cuDeviceGetGraphMemAttribute)(CUdevice dev, CUgraphMem_attribute attr, void *value);
+    CUresult (*cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
+    CUresult (*cuGraphNodeGetType)(CUgraphNode node, CUgraphNodeType *type);
+    CUresult (*cuGraphMemAllocNodeGetParams)(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params);
 } gs_cuda_calls;
 extern gs_cuda_calls gs_cu;
 

@@ -105,6 +105,92 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
+/* 2D / 3D / peer copies (cuMemcpy2D, cuMemcpy3D, cuMemcpy3DPeer): the
+ * memory types say which side is on the device. Layouts and values from
+ * CUDA 13 cuda.h (CUDA_MEMCPY2D_v2, CUDA_MEMCPY3D_v2, CUDA_MEMCPY3D_PEER_v1). */
+typedef int CUmemorytype;                    /* enum */
+enum {
+    CU_MEMORYTYPE_HOST = 0x01,
+    CU_MEMORYTYPE_DEVICE = 0x02,
+    CU_MEMORYTYPE_ARRAY = 0x03,
+    CU_MEMORYTYPE_UNIFIED = 0x04,
+};
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes;
+    size_t dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes;
+    size_t Height;
+} CUDA_MEMCPY2D;
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    size_t srcZ;
+    size_t srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch;
+    size_t srcHeight;
+    size_t dstXInBytes;
+    size_t dstY;
+    size_t dstZ;
+    size_t dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch;
+    size_t dstHeight;
+    size_t WidthInBytes;
+    size_t Height;
+    size_t Depth;
+} CUDA_MEMCPY3D;
+typedef struct CUDA_MEMCPY3D_PEER_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    size_t srcZ;
+    size_t srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    CUcontext srcContext;
+    size_t srcPitch;
+    size_t srcHeight;
+    size_t dstXInBytes;
+    size_t dstY;
+    size_t dstZ;
+    size_t dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    CUcontext dstContext;
+    size_t dstPitch;
+    size_t dstHeight;
+    size_t WidthInBytes;
+    size_t Height;
+    size_t Depth;
+} CUDA_MEMCPY3D_PEER;
+/* cuMemcpyBatchAsync (12.8, with failIdx) / cuMemcpyBatchAsync_v2 (13.0,
+ * without): the attributes are only passed through. */
+typedef struct CUmemcpyAttributes_st CUmemcpyAttributes;
+
 /* cuMemCreate's properties: gslice reads the location (device memory is
  * charged to the device it names; host and host-NUMA memory is not device
  * memory). Layout and values from CUDA 13 cuda.h. */
@@ -145,6 +231,42 @@ enum {
     CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
     CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
 };
+
+/* Graph memory nodes (cuGraphAddMemAllocNode / cuGraphAddMemFreeNode, and
+ * cuMemAllocAsync / cuMemFreeAsync in a capturing stream): allocated from
+ * the device's graph memory pool at graph launch / upload; its footprint
+ * is cuDeviceGetGraphMemAttribute(RESERVED_MEM_CURRENT), given back by
+ * cuDeviceGraphMemTrim. Layouts and values from CUDA 13 cuda.h. */
+typedef int CUgraphMem_attribute;            /* enum */
+enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+};
+typedef int CUgraphNodeType;                 /* enum */
+enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+};
+enum { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };
+typedef struct CUmemPoolProps_st {
+    int allocType;                   /* CUmemAllocationType */
+    int handleTypes;                 /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const struct CUmemAccessDesc_st *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;                /* out: the allocation's address */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 /* Bytes per element of an array format (unknown formats count 4). */
 static inline size_t cuda_abi_format_bytes(CUarray_format f) {

@@ -106,6 +106,12 @@ CUresult sim_kernel_duration(CUfunction f, void **kernel_params, void **extra, u
 /* Capture support: append kernels to a graph being captured. */
 CUresult sim_graph_append_kernels(CUgraph graph, const uint64_t *durations, uint32_t count);
 CUresult sim_graph_new(CUgraph *out);
+/* Graph memory nodes (cuMemAllocAsync / cuMemFreeAsync into a capturing
+ * stream become these): the alloc node's address goes to *dptr. */
+CUresult sim_graph_add_mem_alloc(CUgraph graph, size_t bytes, CUgraphNode *node_out, CUdeviceptr *dptr);
+CUresult sim_graph_add_mem_free(CUgraph graph, CUdeviceptr dptr, CUgraphNode *node_out);
+/* The graph a stream is capturing into, or NULL. */
+CUgraph sim_stream_capture_graph(struct CUstream_st *stream);
 bool sim_graph_live(CUgraph graph);
 CUresult sim_cuGraphDestroy(CUgraph graph);
 

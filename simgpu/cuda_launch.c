@@ -8,6 +8,7 @@
  * device. */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -31,6 +32,10 @@ struct CUmod_st {
 struct CUgraphNode_st {
     uint32_t tag;
     CUgraph graph;
+    CUgraphNodeType type;   /* kernel, mem alloc or mem free */
+    size_t bytes;           /* mem alloc: its size */
+    CUdeviceptr dptr;       /* mem alloc / free: the address */
+    bool freed;             /* mem alloc: a free node in the graph frees it */
 };
 
 struct CUgraph_st {
@@ -45,6 +50,9 @@ struct CUgraphExec_st {
     uint32_t tag;
     uint64_t *durations;
     uint32_t count;
+    uint64_t mem_bytes;     /* graph memory its alloc nodes take at each launch */
+    uint64_t mem_kept;      /* ... of which no free node in the graph gives back */
+    uint64_t mem_held;      /* kept allocations of the last launch, until the exec is destroyed */
 };
 
 /* ---- modules and functions ---------------------------------------------- */
@@ -369,6 +377,8 @@ CUresult sim_cuGraphDestroy(CUgraph graph) {
     if (!graph || graph->tag != SIM_TAG_GRAPH) return CUDA_ERROR_INVALID_VALUE;
     graph->tag = SIM_TAG_DEAD;
     for (uint32_t i = 0; i < graph->count; i++) {
+        if (graph->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            munmap((void *)(uintptr_t)graph->nodes[i]->dptr, graph->nodes[i]->bytes);
         graph->nodes[i]->tag = SIM_TAG_DEAD;
         free(graph->nodes[i]);
     }
@@ -431,6 +441,199 @@ CUresult sim_cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *num_node
 }
 CU_EXPORT(cuGraphGetNodes, (CUgraph graph, CUgraphNode *nodes, size_t *num_nodes));
 
+/* ---- graph memory -------------------------------------------------------
+ * The process's graph memory pool on the device: alloc nodes take their
+ * bytes from it at each launch (or upload) of their graph; memory a free
+ * node in the same graph gives back stays reserved in the pool for the
+ * next launch, and only cuDeviceGraphMemTrim returns what no graph uses to
+ * the device. RESERVED is the pool's device footprint, USED what graphs'
+ * allocations hold. Allocations a graph does not free stay used until
+ * their exec is destroyed (a simplification: a real driver frees them
+ * with cuMemFree / cuMemFreeAsync). */
+static pthread_mutex_t graph_memory_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t graph_used, graph_used_high, graph_reserved, graph_reserved_high;
+
+/* The pool grows by what its idle part cannot cover; used grows by the
+ * allocations the launch keeps. A launch while the last one's kept
+ * allocations are still held is refused (they must be freed first). */
+static CUresult graph_memory_launch(struct CUgraphExec_st *exec, bool run) {
+    if (!exec->mem_bytes) return CUDA_SUCCESS;
+    pthread_mutex_lock(&graph_memory_lock);
+    CUresult rc = CUDA_SUCCESS;
+    uint64_t idle = graph_reserved - graph_used;
+    uint64_t grow = exec->mem_bytes > idle ? exec->mem_bytes - idle : 0;
+    if (run && exec->mem_held) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (grow && !sim_memory_reserve(sim_process.dev, sim_process.slot, grow)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        graph_reserved += grow;
+        if (graph_reserved > graph_reserved_high) graph_reserved_high = graph_reserved;
+        uint64_t peak = graph_used + exec->mem_bytes;
+        if (run && peak > graph_used_high) graph_used_high = peak;
+        if (run) {
+            graph_used += exec->mem_kept;
+            exec->mem_held = exec->mem_kept;
+        }
+    }
+    pthread_mutex_unlock(&graph_memory_lock);
+    return rc;
+}
+
+static void graph_memory_unuse(uint64_t bytes) {
+    pthread_mutex_lock(&graph_memory_lock);
+    graph_used -= bytes < graph_used ? bytes : graph_used;
+    pthread_mutex_unlock(&graph_memory_lock);
+}
+
+static CUresult check_graph_device(CUdevice dev) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult sim_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value) {
+    CUresult rc = check_graph_device(device);
+    if (rc) return rc;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&graph_memory_lock);
+    uint64_t v = attr == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT       ? graph_used
+                 : attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH        ? graph_used_high
+                 : attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT ? graph_reserved
+                                                                  : graph_reserved_high;
+    pthread_mutex_unlock(&graph_memory_lock);
+    if (attr < CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT || attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+        return CUDA_ERROR_INVALID_VALUE;
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuDeviceGetGraphMemAttribute, (CUdevice device, CUgraphMem_attribute attr, void *value));
+
+/* Only the high watermarks can be set, and only to zero (reset to current). */
+CUresult sim_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value) {
+    CUresult rc = check_graph_device(device);
+    if (rc) return rc;
+    if (!value || *(cuuint64_t *)value != 0 ||
+        (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&graph_memory_lock);
+    if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH) graph_used_high = graph_used;
+    else graph_reserved_high = graph_reserved;
+    pthread_mutex_unlock(&graph_memory_lock);
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuDeviceSetGraphMemAttribute, (CUdevice device, CUgraphMem_attribute attr, void *value));
+
+/* Everything the pool holds beyond what graphs use goes back to the device. */
+CUresult sim_cuDeviceGraphMemTrim(CUdevice device) {
+    CUresult rc = check_graph_device(device);
+    if (rc) return rc;
+    pthread_mutex_lock(&graph_memory_lock);
+    uint64_t idle = graph_reserved - graph_used;
+    if (idle) sim_memory_release(sim_process.dev, sim_process.slot, idle);
+    graph_reserved = graph_used;
+    pthread_mutex_unlock(&graph_memory_lock);
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuDeviceGraphMemTrim, (CUdevice device));
+
+/* An alloc node's address is fixed when the node is made: a reserved
+ * (inaccessible) address range of its size, so every graph allocation has
+ * its own address. */
+CUresult sim_graph_add_mem_alloc(CUgraph graph, size_t bytes, CUgraphNode *node_out, CUdeviceptr *dptr) {
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    void *range = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (range == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t none = 0;
+    CUgraphNode node;
+    CUresult rc = graph_append(graph, &none, 1, &node);
+    if (rc) {
+        munmap(range, bytes);
+        return rc;
+    }
+    node->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    node->bytes = bytes;
+    node->dptr = (CUdeviceptr)(uintptr_t)range;
+    *dptr = node->dptr;
+    if (node_out) *node_out = node;
+    return CUDA_SUCCESS;
+}
+
+/* A free node frees an allocation of an alloc node of the same graph,
+ * once; anything else is refused (CUDA_ERROR_INVALID_VALUE). */
+CUresult sim_graph_add_mem_free(CUgraph graph, CUdeviceptr dptr, CUgraphNode *node_out) {
+    struct CUgraphNode_st *alloc = NULL;
+    pthread_mutex_lock(&graph->lock);
+    for (uint32_t i = 0; i < graph->count && !alloc; i++)
+        if (graph->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && graph->nodes[i]->dptr == dptr)
+            alloc = graph->nodes[i];
+    bool ok = alloc && !alloc->freed;
+    if (ok) alloc->freed = true;
+    pthread_mutex_unlock(&graph->lock);
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t none = 0;
+    CUgraphNode node;
+    CUresult rc = graph_append(graph, &none, 1, &node);
+    if (rc) return rc;
+    node->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    node->dptr = dptr;
+    if (node_out) *node_out = node;
+    return CUDA_SUCCESS;
+}
+
+static CUresult check_node_args(CUgraphNode *phNode, CUgraph graph, const CUgraphNode *deps, size_t num_deps) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    if (!phNode || !graph || graph->tag != SIM_TAG_GRAPH || (num_deps && !deps)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < num_deps; i++)
+        if (!deps[i] || deps[i]->tag != SIM_TAG_NODE || deps[i]->graph != graph) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Pinned device memory only (the documented pool properties of a graph allocation). */
+CUresult sim_cuGraphAddMemAllocNode(CUgraphNode *phNode, CUgraph graph, const CUgraphNode *deps, size_t num_deps,
+                                    CUDA_MEM_ALLOC_NODE_PARAMS *params) {
+    CUresult rc = check_node_args(phNode, graph, deps, num_deps);
+    if (rc) return rc;
+    if (!params || params->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || params->poolProps.location.id != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_graph_add_mem_alloc(graph, params->bytesize, phNode, &params->dptr);
+}
+CU_EXPORT(cuGraphAddMemAllocNode, (CUgraphNode * phNode, CUgraph graph, const CUgraphNode *deps, size_t num_deps,
+                                   CUDA_MEM_ALLOC_NODE_PARAMS *params));
+
+CUresult sim_cuGraphAddMemFreeNode(CUgraphNode *phNode, CUgraph graph, const CUgraphNode *deps, size_t num_deps,
+                                   CUdeviceptr dptr) {
+    CUresult rc = check_node_args(phNode, graph, deps, num_deps);
+    return rc ? rc : sim_graph_add_mem_free(graph, dptr, phNode);
+}
+CU_EXPORT(cuGraphAddMemFreeNode, (CUgraphNode * phNode, CUgraph graph, const CUgraphNode *deps, size_t num_deps,
+                                  CUdeviceptr dptr));
+
+CUresult sim_cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!node || node->tag != SIM_TAG_NODE || !type) return CUDA_ERROR_INVALID_VALUE;
+    *type = node->type;
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuGraphNodeGetType, (CUgraphNode node, CUgraphNodeType *type));
+
+CUresult sim_cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params_out) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!node || node->tag != SIM_TAG_NODE || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || !params_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(params_out, 0, sizeof *params_out);
+    params_out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params_out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params_out->bytesize = node->bytes;
+    params_out->dptr = node->dptr;
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuGraphMemAllocNodeGetParams, (CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params_out));
+
 static CUresult instantiate(CUgraphExec *phExec, CUgraph graph) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
@@ -438,9 +641,15 @@ static CUresult instantiate(CUgraphExec *phExec, CUgraph graph) {
     struct CUgraphExec_st *exec = calloc(1, sizeof *exec);
     if (!exec) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&graph->lock);
-    exec->count = graph->count;
     exec->durations = malloc((graph->count ? graph->count : 1) * sizeof *exec->durations);
-    if (exec->durations && graph->count) memcpy(exec->durations, graph->durations, graph->count * sizeof *exec->durations);
+    for (uint32_t i = 0; exec->durations && i < graph->count; i++) {
+        const struct CUgraphNode_st *n = graph->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL) exec->durations[exec->count++] = graph->durations[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            exec->mem_bytes += n->bytes;
+            if (!n->freed) exec->mem_kept += n->bytes;
+        }
+    }
     pthread_mutex_unlock(&graph->lock);
     if (!exec->durations) {
         free(exec);
@@ -478,6 +687,7 @@ CUresult sim_cuGraphExecDestroy(CUgraphExec exec) {
     if (rc) return rc;
     if (!exec || exec->tag != SIM_TAG_EXEC) return CUDA_ERROR_INVALID_VALUE;
     exec->tag = SIM_TAG_DEAD;
+    graph_memory_unuse(exec->mem_held);
     free(exec->durations);
     free(exec);
     return CUDA_SUCCESS;
@@ -491,6 +701,7 @@ static CUresult graph_launch(CUgraphExec exec, CUstream hStream, bool ptds) {
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
+    if (!sim_stream_capturing(s) && (rc = graph_memory_launch(exec, true))) return rc;
     /* The item owns a copy: the exec may be destroyed before it runs. */
     uint64_t *durations = malloc((exec->count ? exec->count : 1) * sizeof *durations);
     if (!durations) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -503,11 +714,13 @@ CU_EXPORT(cuGraphLaunch, (CUgraphExec exec, CUstream hStream));
 CUresult sim_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream hStream) { return graph_launch(exec, hStream, true); }
 CU_EXPORT(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream hStream));
 
+/* Upload puts the graph's memory in place (the pool grows) without running it. */
 CUresult sim_cuGraphUpload(CUgraphExec exec, CUstream hStream) {
     (void)hStream;
     CUresult rc = sim_require_context();
     if (rc) return rc;
-    return exec && exec->tag == SIM_TAG_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!exec || exec->tag != SIM_TAG_EXEC) return CUDA_ERROR_INVALID_VALUE;
+    return graph_memory_launch(exec, false);
 }
 CU_EXPORT(cuGraphUpload, (CUgraphExec exec, CUstream hStream));
 CUresult sim_cuGraphUpload_ptsz(CUgraphExec exec, CUstream hStream) { return sim_cuGraphUpload(exec, hStream); }

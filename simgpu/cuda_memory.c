@@ -57,6 +57,8 @@ struct CUarray_st {
     uint32_t tag;
     void *base;
     size_t bytes;
+    size_t row_bytes;   /* one row of level 0: 2D / 3D copies address (x, y, z) as rows and slices */
+    size_t rows;        /* rows per slice */
 };
 
 /* cuMemCreate's physical memory: alive while any reference (cuMemCreate,
@@ -413,6 +415,10 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
+    /* Into a capturing stream: a mem alloc node of the capture graph,
+     * allocated from the graph memory pool when the graph runs. */
+    CUgraph capture = sim_stream_capture_graph(s);
+    if (capture) return dptr ? sim_graph_add_mem_alloc(capture, bytesize, NULL, dptr) : CUDA_ERROR_INVALID_VALUE;
     return pool_allocate(pool, bytesize, dptr);
 }
 CUresult sim_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
@@ -437,6 +443,11 @@ CU_EXPORT(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CU
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
+    struct CUstream_st *cs;
+    if ((rc = sim_stream_resolve(hStream, ptds, &cs))) return rc;
+    CUgraph capture = sim_stream_capture_graph(cs);
+    /* A graph allocation freed in its capture: a mem free node. */
+    if (capture && sim_graph_add_mem_free(capture, dptr, NULL) == CUDA_SUCCESS) return CUDA_SUCCESS;
     struct allocation a;
     if (!table_find_range((uintptr_t)dptr, 1, &a) || a.base != (uintptr_t)dptr ||
         (a.kind != ALLOC_DEVICE && a.kind != ALLOC_POOL))
@@ -752,7 +763,7 @@ CU_EXPORT(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 
 /* ---- arrays ------------------------------------------------------------- */
 
-static CUresult array_new(size_t bytes, struct CUarray_st **out) {
+static CUresult array_new(size_t bytes, size_t row_bytes, size_t rows, struct CUarray_st **out) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     if (!bytes) return CUDA_ERROR_INVALID_VALUE;
@@ -770,6 +781,8 @@ static CUresult array_new(size_t bytes, struct CUarray_st **out) {
     }
     a->tag = SIM_TAG_ARRAY;
     a->bytes = bytes;
+    a->row_bytes = row_bytes;
+    a->rows = rows;
     *out = a;
     return CUDA_SUCCESS;
 }
@@ -789,16 +802,16 @@ static size_t extent(size_t n) { return n ? n : 1; }
 
 CUresult sim_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc) {
     if (!pHandle || !desc || !desc->Width || !desc->NumChannels) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = desc->Width * extent(desc->Height) * desc->NumChannels * cuda_abi_format_bytes(desc->Format);
-    return array_new(bytes, (struct CUarray_st **)pHandle);
+    size_t row = desc->Width * desc->NumChannels * cuda_abi_format_bytes(desc->Format);
+    return array_new(row * extent(desc->Height), row, extent(desc->Height), (struct CUarray_st **)pHandle);
 }
 CU_EXPORT(cuArrayCreate_v2, (CUarray * pHandle, const CUDA_ARRAY_DESCRIPTOR *desc));
 
 CUresult sim_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc) {
     if (!pHandle || !desc || !desc->Width || !desc->NumChannels) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = desc->Width * extent(desc->Height) * extent(desc->Depth) * desc->NumChannels *
-                   cuda_abi_format_bytes(desc->Format);
-    return array_new(bytes, (struct CUarray_st **)pHandle);
+    size_t row = desc->Width * desc->NumChannels * cuda_abi_format_bytes(desc->Format);
+    return array_new(row * extent(desc->Height) * extent(desc->Depth), row, extent(desc->Height),
+                     (struct CUarray_st **)pHandle);
 }
 CU_EXPORT(cuArray3DCreate_v2, (CUarray * pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc));
 
@@ -817,7 +830,7 @@ CUresult sim_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3
         h = h > 1 ? h / 2 : h;
         d = d > 1 ? d / 2 : d;
     }
-    return array_new(bytes, (struct CUarray_st **)pHandle);
+    return array_new(bytes, desc->Width * element, extent(desc->Height), (struct CUarray_st **)pHandle);
 }
 CU_EXPORT(cuMipmappedArrayCreate, (CUmipmappedArray * pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                    unsigned int levels));
@@ -1013,3 +1026,199 @@ CUresult sim_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream 
 CU_EXPORT(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream s));
 CUresult sim_cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return fill(d, v, n, 4, true, s, true); }
 CU_EXPORT(cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s));
+
+/* ---- peer, 2D / 3D and batch copies ------------------------------------- */
+
+/* One device: a peer copy is a device-to-device copy between two live
+ * contexts' memory (NULL contexts are refused, as by the driver). */
+static CUresult copy_peer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                          bool has_stream, CUstream hStream, bool ptds) {
+    if (!dst_ctx || !src_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    return has_stream ? copy_async(DPTR(dst), DPTR(src), n, DEVICE_TO_DEVICE, hStream, ptds)
+                      : copy_sync(DPTR(dst), DPTR(src), n, DEVICE_TO_DEVICE, ptds);
+}
+
+CUresult sim_cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) { return copy_peer(d, dc, s, sc, n, false, NULL, false); }
+CU_EXPORT(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n));
+CUresult sim_cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) { return copy_peer(d, dc, s, sc, n, false, NULL, true); }
+CU_EXPORT(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n));
+CUresult sim_cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) { return copy_peer(d, dc, s, sc, n, true, st, false); }
+CU_EXPORT(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st));
+CUresult sim_cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) { return copy_peer(d, dc, s, sc, n, true, st, true); }
+CU_EXPORT(cuMemcpyPeerAsync_ptsz, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st));
+
+/* One side of a 2D / 3D copy, as CUDA_MEMCPY2D / 3D name it. */
+struct copy_side {
+    CUmemorytype type;
+    const void *host;
+    CUdeviceptr device;
+    CUarray array;
+    size_t x, y, z, pitch, height;
+};
+
+#define COPY_SIDE(p, side, ...)                                                                             \
+    ((struct copy_side){p->side##MemoryType, p->side##Host, p->side##Device, p->side##Array,                  \
+                        p->side##XInBytes, p->side##Y, __VA_ARGS__})
+
+/* Where the side's first byte is, its row and slice strides, and whether it
+ * is device memory. Ranges are checked over the whole region; a pitch
+ * below the width (or a height below the rows, with several slices) is
+ * refused, as documented. */
+static CUresult side_resolve(const struct copy_side *c, size_t width, size_t rows, size_t depth, unsigned char **start,
+                             size_t *pitch, size_t *slice, bool *device) {
+    size_t p = c->pitch, h = c->height;
+    unsigned char *base;
+    switch (c->type) {
+    case CU_MEMORYTYPE_HOST:
+        if (!c->host) return CUDA_ERROR_INVALID_VALUE;
+        base = (unsigned char *)(uintptr_t)c->host;
+        *device = false;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        base = DPTR(c->device);
+        *device = true;
+        break;
+    case CU_MEMORYTYPE_ARRAY: {
+        struct CUarray_st *a = (struct CUarray_st *)c->array;
+        if (!a || a->tag != SIM_TAG_ARRAY) return CUDA_ERROR_INVALID_VALUE;
+        base = a->base;
+        p = a->row_bytes;
+        h = a->rows;
+        *device = true;
+        break;
+    }
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if ((rows > 1 && p < width) || (depth > 1 && h < rows)) return CUDA_ERROR_INVALID_VALUE;
+    size_t sl = p * h;
+    unsigned char *first = base + c->z * sl + c->y * p + c->x;
+    size_t span = (depth - 1) * sl + (rows - 1) * p + width;
+    if (c->type == CU_MEMORYTYPE_ARRAY) {
+        struct CUarray_st *a = (struct CUarray_st *)c->array;
+        if (c->x + width > a->row_bytes || (size_t)(first - base) + span > a->bytes) return CUDA_ERROR_INVALID_VALUE;
+    } else if (c->type == CU_MEMORYTYPE_DEVICE && !device_range((uintptr_t)first, span)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    } else if (c->type == CU_MEMORYTYPE_UNIFIED) {
+        *device = device_range((uintptr_t)first, span);   /* a unified address may name host memory */
+    }
+    *start = first;
+    *pitch = p;
+    *slice = sl;
+    return CUDA_SUCCESS;
+}
+
+/* Rows of width bytes, rows x depth of them; engine time for all their
+ * bytes (device rate when both sides are device memory). */
+static CUresult copy_region(const struct copy_side *src, const struct copy_side *dst, size_t width, size_t rows,
+                            size_t depth, bool has_stream, CUstream hStream, bool ptds) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    bool captured = false;
+    if (has_stream && (rc = stream_capturing(hStream, ptds, &captured))) return rc;
+    rows = extent(rows);
+    depth = extent(depth);
+    if (!width) return CUDA_SUCCESS;
+    unsigned char *s, *d;
+    size_t sp, ss, dp, ds;
+    bool s_dev, d_dev;
+    if ((rc = side_resolve(src, width, rows, depth, &s, &sp, &ss, &s_dev)) ||
+        (rc = side_resolve(dst, width, rows, depth, &d, &dp, &ds, &d_dev)))
+        return rc;
+    size_t bytes = width * rows * depth;
+    if (!captured && (rc = queue_copy_time(has_stream ? hStream : NULL, ptds, bytes, s_dev && d_dev, false))) return rc;
+    for (size_t z = 0; z < depth; z++)
+        for (size_t y = 0; y < rows; y++) memmove(d + z * ds + y * dp, s + z * ss + y * sp, width);
+    return captured || has_stream ? CUDA_SUCCESS : wait_before_sync_copy(ptds);
+}
+
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, bool has_stream, CUstream hStream, bool ptds) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    struct copy_side src = COPY_SIDE(p, src, .pitch = p->srcPitch), dst = COPY_SIDE(p, dst, .pitch = p->dstPitch);
+    return copy_region(&src, &dst, p->WidthInBytes, p->Height, 1, has_stream, hStream, ptds);
+}
+
+/* CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER differ only in the pointer after
+ * each side's array (reserved, must be NULL / the side's context). */
+#define COPY_3D(p, has_stream, hStream, ptds)                                                                 \
+    do {                                                                                                      \
+        if (!p || p->srcLOD || p->dstLOD) return CUDA_ERROR_INVALID_VALUE;                                    \
+        struct copy_side src = COPY_SIDE(p, src, .z = p->srcZ, .pitch = p->srcPitch, .height = p->srcHeight);  \
+        struct copy_side dst = COPY_SIDE(p, dst, .z = p->dstZ, .pitch = p->dstPitch, .height = p->dstHeight);  \
+        return copy_region(&src, &dst, p->WidthInBytes, p->Height, p->Depth, has_stream, hStream, ptds);      \
+    } while (0)
+
+static CUresult copy_3d(const CUDA_MEMCPY3D *p, bool has_stream, CUstream hStream, bool ptds) {
+    if (p && (p->reserved0 || p->reserved1)) return CUDA_ERROR_INVALID_VALUE;
+    COPY_3D(p, has_stream, hStream, ptds);
+}
+
+static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, bool has_stream, CUstream hStream, bool ptds) {
+    if (p && ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && !p->srcContext) ||
+              (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && !p->dstContext)))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    COPY_3D(p, has_stream, hStream, ptds);
+}
+
+CUresult sim_cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy_2d(p, false, NULL, false); }
+CU_EXPORT(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *p));
+CUresult sim_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy_2d(p, false, NULL, true); }
+CU_EXPORT(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *p));
+CUresult sim_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy_2d(p, false, NULL, false); }
+CU_EXPORT(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *p));
+CUresult sim_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p) { return copy_2d(p, false, NULL, true); }
+CU_EXPORT(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *p));
+CUresult sim_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return copy_2d(p, true, s, false); }
+CU_EXPORT(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *p, CUstream s));
+CUresult sim_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s) { return copy_2d(p, true, s, true); }
+CU_EXPORT(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D *p, CUstream s));
+CUresult sim_cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return copy_3d(p, false, NULL, false); }
+CU_EXPORT(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *p));
+CUresult sim_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p) { return copy_3d(p, false, NULL, true); }
+CU_EXPORT(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *p));
+CUresult sim_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s) { return copy_3d(p, true, s, false); }
+CU_EXPORT(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *p, CUstream s));
+CUresult sim_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s) { return copy_3d(p, true, s, true); }
+CU_EXPORT(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *p, CUstream s));
+CUresult sim_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p) { return copy_3d_peer(p, false, NULL, false); }
+CU_EXPORT(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *p));
+CUresult sim_cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p) { return copy_3d_peer(p, false, NULL, true); }
+CU_EXPORT(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *p));
+CUresult sim_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s) { return copy_3d_peer(p, true, s, false); }
+CU_EXPORT(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s));
+CUresult sim_cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s) { return copy_3d_peer(p, true, s, true); }
+CU_EXPORT(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *p, CUstream s));
+
+/* A batch: count unified-address copies on one stream (the stream must not
+ * be the legacy NULL stream, as documented), each timed by its bytes.
+ * The attributes are not modelled beyond their count (at least one). */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                           CUmemcpyAttributes *attrs, size_t *attrs_idxs, size_t num_attrs, size_t *fail_idx,
+                           CUstream hStream, bool ptds) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    if (fail_idx) *fail_idx = SIZE_MAX;
+    if (!count || !dsts || !srcs || !sizes || !attrs || !attrs_idxs || !num_attrs || num_attrs > count ||
+        attrs_idxs[0] != 0 || (hStream == NULL && !ptds))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        rc = copy_async(DPTR(dsts[i]), DPTR(srcs[i]), sizes[i], ANY_TO_ANY, hStream, ptds);
+        if (rc) {
+            if (fail_idx) *fail_idx = i;
+            return rc;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+#define BATCH_PARAMS CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count, CUmemcpyAttributes *a, size_t *ai, size_t na
+CUresult sim_cuMemcpyBatchAsync(BATCH_PARAMS, size_t *fail, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, fail, st, false); }
+CU_EXPORT(cuMemcpyBatchAsync, (BATCH_PARAMS, size_t *fail, CUstream st));
+CUresult sim_cuMemcpyBatchAsync_ptsz(BATCH_PARAMS, size_t *fail, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, fail, st, true); }
+CU_EXPORT(cuMemcpyBatchAsync_ptsz, (BATCH_PARAMS, size_t *fail, CUstream st));
+CUresult sim_cuMemcpyBatchAsync_v2(BATCH_PARAMS, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, NULL, st, false); }
+CU_EXPORT(cuMemcpyBatchAsync_v2, (BATCH_PARAMS, CUstream st));
+CUresult sim_cuMemcpyBatchAsync_v2_ptsz(BATCH_PARAMS, CUstream st) { return copy_batch(d, s, n, count, a, ai, na, NULL, st, true); }
+CU_EXPORT(cuMemcpyBatchAsync_v2_ptsz, (BATCH_PARAMS, CUstream st));
+#undef BATCH_PARAMS

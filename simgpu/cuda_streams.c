@@ -349,6 +349,13 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
     return CUDA_SUCCESS;
 }
 
+CUgraph sim_stream_capture_graph(struct CUstream_st *s) {
+    pthread_mutex_lock(&s->lock);
+    CUgraph graph = s->capture;
+    pthread_mutex_unlock(&s->lock);
+    return graph;
+}
+
 bool sim_stream_capturing(struct CUstream_st *s) {
     pthread_mutex_lock(&s->lock);
     bool capturing = s->capture != NULL;

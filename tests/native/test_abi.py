@@ -27,7 +27,11 @@ CONSTANTS = ["CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMO
              "CU_STREAM_CAPTURE_MODE_GLOBAL", "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL", "CU_STREAM_CAPTURE_MODE_RELAXED",
              "CU_STREAM_CAPTURE_STATUS_INVALIDATED", "CU_MEM_LOCATION_TYPE_DEVICE", "CU_MEM_LOCATION_TYPE_HOST_NUMA",
              "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
-             "CU_MEMPOOL_ATTR_USED_MEM_CURRENT"]
+             "CU_MEMPOOL_ATTR_USED_MEM_CURRENT", "CU_MEMORYTYPE_HOST", "CU_MEMORYTYPE_DEVICE", "CU_MEMORYTYPE_ARRAY",
+             "CU_MEMORYTYPE_UNIFIED", "CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT", "CU_GRAPH_MEM_ATTR_USED_MEM_HIGH",
+             "CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT", "CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH",
+             "CU_GRAPH_NODE_TYPE_KERNEL", "CU_GRAPH_NODE_TYPE_MEM_ALLOC", "CU_GRAPH_NODE_TYPE_MEM_FREE",
+             "CU_MEM_ALLOCATION_TYPE_PINNED"]
 LAYOUTS = {
     "CUDA_ARRAY_DESCRIPTOR": ["Width", "Height", "Format", "NumChannels"],
     "CUDA_ARRAY3D_DESCRIPTOR": ["Width", "Height", "Depth", "Format", "NumChannels", "Flags"],
@@ -35,6 +39,14 @@ LAYOUTS = {
     "CUlaunchAttribute": ["id"],
     "CUmemAllocationProp": ["type", "requestedHandleTypes", "location", "win32HandleMetaData", "allocFlags"],
     "CUmemLocation": ["type", "id"],
+    "CUDA_MEMCPY2D": ["srcXInBytes", "srcMemoryType", "srcHost", "srcDevice", "srcArray", "srcPitch", "dstXInBytes",
+                      "dstMemoryType", "dstHost", "dstDevice", "dstArray", "dstPitch", "WidthInBytes", "Height"],
+    "CUDA_MEMCPY3D": ["srcZ", "srcLOD", "srcMemoryType", "srcArray", "reserved0", "srcPitch", "srcHeight", "dstZ",
+                      "dstMemoryType", "dstDevice", "reserved1", "dstPitch", "dstHeight", "WidthInBytes", "Depth"],
+    "CUDA_MEMCPY3D_PEER": ["srcMemoryType", "srcContext", "srcPitch", "srcHeight", "dstMemoryType", "dstContext",
+                           "dstPitch", "dstHeight", "WidthInBytes", "Depth"],
+    "CUmemPoolProps": ["allocType", "handleTypes", "location", "win32SecurityAttributes", "maxSize", "usage"],
+    "CUDA_MEM_ALLOC_NODE_PARAMS": ["poolProps", "accessDescs", "accessDescCount", "bytesize", "dptr"],
 }
 SIZES = ["CUdeviceptr", "CUdevice", "CUresult", "cuuint64_t", "CUmemGenericAllocationHandle"]
 

@@ -1,7 +1,8 @@
 """Every row of the intercept table is called at least once under the shim
 (tests/shim/programs/rows_check.c: each row by its exported name, the
 wrapper the preloaded shim exports, with arguments the simulated driver
-accepts), with a group and the real tokend. A new row that the program
+accepts), with a group and the real tokend; and every driver row's base
+name, asked of cuGetProcAddress_v2, answers a shim wrapper. A new row that the program
 does not know fails the test until it is added there."""
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def test_every_intercept_row_is_called_under_the_shim(runner, tokend, sim_lib_di
     rows = [line for line in r.stdout.splitlines() if line.startswith("row=")]
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert "unhandled=" not in r.stdout
+    assert "proc_unrouted=" not in r.stdout   # every driver row's base name, by cuGetProcAddress_v2
+    assert int(parse_kv(r.stdout)["proc_routed"]) >= 70
     names = {parse_kv(line.replace(" ", "\n"))["row"] for line in rows}
     from gslice import _shim_api  # the table, as the built library has it
     table = {_shim_api.ffi.string(_shim_api.lib.gslice_intercept_name(i)).decode()

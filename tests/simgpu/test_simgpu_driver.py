@@ -163,3 +163,41 @@ def test_many_threads_allocate_and_launch_at_once(programs, processes, sim_name,
         [process] = gpu.processes()
         assert process.kernels_launched == process.kernels_completed == 8 * 100
         assert process.memory_peak >= 1 << 20 and process.memory_used == 0
+
+
+def test_2d_3d_peer_and_batch_copies_follow_their_descriptors(programs, processes, sim_name, parse):
+    """Pitches, offsets, slices and array rows put the bytes where cuda.h
+    says; bad descriptors are refused; a device-side 2D copy holds the
+    engine for its bytes (32 MiB at 1 GB/s: at least ~33 ms), and so does
+    its async form by the stream's synchronisation."""
+    environ = simgpu.env(sim_name, memory="4GiB")
+    environ["GSLICE_SIM_DEVICE_GBPS"] = "1"
+    values = parse(processes.run([programs["driver_check"], "shaped"], environ).stdout)
+    assert values["shaped_roundtrip_ok"] == "1"
+    assert values["array_roundtrip_ok"] == "1"
+    assert float(values["copy2d_32mib_ms"]) >= 0.95 * 32 * MiB / 1e6
+    assert float(values["copy2d_async_total_ms"]) >= 0.95 * 32 * MiB / 1e6
+
+
+def test_graph_memory_pool_follows_launches_and_trims(programs, processes, sim_name, parse):
+    """cuMemAllocAsync / cuMemFreeAsync in a capture become mem alloc / free
+    nodes; the graph memory pool grows at the launch, keeps the memory
+    after the graph frees it (reused by the relaunch) and gives it back to
+    the device at cuDeviceGraphMemTrim; an allocation the graph does not
+    free stays used (trim keeps it; relaunching first is refused); graph
+    memory beyond the device is out of memory at launch and upload."""
+    values = parse(processes.run([programs["driver_check"], "graphmem"], simgpu.env(sim_name, memory="4GiB")).stdout)
+    assert values["captured_nodes"] == "3"
+    assert values["captured_types"] == "10,0,11"          # mem alloc, kernel, mem free
+    assert values["reserved_before_launch"] == "0"
+    assert values["reserved_after_launch"] == str(64 * MiB)
+    assert values["used_after_launch"] == "0"
+    assert values["used_high"] == str(64 * MiB)
+    assert values["free_drop"] == str(64 * MiB)           # device memory, seen by cuMemGetInfo
+    assert values["reserved_after_relaunch"] == str(64 * MiB)
+    assert values["reserved_after_trim"] == "0" and values["free_restored"] == "1"
+    assert values["alloc_node_dptr_set"] == "1"
+    assert values["used_unfreed"] == str(32 * MiB)
+    assert values["reserved_trim_while_used"] == str(32 * MiB)
+    assert values["reserved_after_exec_destroy_trim"] == "0"
+    assert values["reserved_after_oom"] == "0"

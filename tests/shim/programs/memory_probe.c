@@ -2,7 +2,8 @@
  * stream-ordered pools, context teardown. After each step it prints what
  * this process holds at tokend (the shim's own ledger counter):
  *
- *   memory_probe vmm | pool | teardown
+ *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_unseen
+ *                | graph_over
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -133,6 +134,25 @@ static int run_teardown(void)
     return 0;
 }
 
+/* The gate counters after settle_us (200 ms: an idle slice ends and is charged). */
+static gslice_shim_stats gate_counters(useconds_t settle_us)
+{
+    gslice_shim_stats s = {0};
+    if (settle_us)
+        usleep(settle_us);
+    if (stats_fn)
+        stats_fn(&s);
+    return s;
+}
+
+/* s0 before the device-side copies, s1 after them, s2 after the host ones. */
+static void print_copy_gating(gslice_shim_stats s0, gslice_shim_stats s1, gslice_shim_stats s2)
+{
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
+    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+}
+
 /* 50 device-to-device copies and 50 fills of 4 MiB (gated), then host to
  * device copies (not gated): the gate counters after each part. */
 static int run_copies(void)
@@ -140,26 +160,166 @@ static int run_copies(void)
     CUdeviceptr a, b;
     check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
     check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
-    gslice_shim_stats s0 = {0}, s1 = {0}, s2 = {0};
-    if (stats_fn)
-        stats_fn(&s0);
+    gslice_shim_stats s0 = gate_counters(0);
     for (int i = 0; i < 50; i++) {
         check(cuMemcpyDtoD_v2(b, a, 4 * MiB), "cuMemcpyDtoD_v2");
         check(cuMemsetD32Async(a, 7, MiB, NULL), "cuMemsetD32Async");
     }
     check(cuStreamSynchronize(NULL), "cuStreamSynchronize");
-    usleep(200000);   /* the idle slice ends and is charged */
-    if (stats_fn)
-        stats_fn(&s1);
+    gslice_shim_stats s1 = gate_counters(200000);
     static char host[4 * MiB];
     for (int i = 0; i < 20; i++)
         check(cuMemcpyHtoD_v2(a, host, sizeof host), "cuMemcpyHtoD_v2");
-    usleep(200000);
-    if (stats_fn)
-        stats_fn(&s2);
-    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
-    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
-    printf("host_copy_slow_entries=%llu\n", (unsigned long long)(s2.slow_entries - s1.slow_entries));
+    print_copy_gating(s0, s1, gate_counters(200000));
+    return 0;
+}
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
+CUresult cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                               CUstream);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+
+/* 2D, 3D, peer and batch device-to-device copies, 4 MiB each (gated),
+ * then 2D host-to-device copies (not gated): the gate counters after each. */
+static int run_shaped_copies(void)
+{
+    CUdeviceptr a, b;
+    CUstream s;
+    check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
+    check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
+    check(cuStreamCreate(&s, 0), "cuStreamCreate");
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 4096,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 4096,
+                        .WidthInBytes = 4096, .Height = 1024};
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 4096, .srcHeight = 256,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 4096, .dstHeight = 256,
+                        .WidthInBytes = 4096, .Height = 256, .Depth = 4};
+    CUdeviceptr dsts[2] = {b, b + 2 * MiB}, srcs[2] = {a, a + 2 * MiB};
+    size_t sizes[2] = {2 * MiB, 2 * MiB}, attr_idx[1] = {0};
+    unsigned long long attr[4] = {0};   /* CUmemcpyAttributes: 24 bytes in cuda.h */
+    gslice_shim_stats s0 = gate_counters(0);
+    for (int i = 0; i < 10; i++) {
+        check(cuMemcpy2D_v2(&c2), "cuMemcpy2D_v2");
+        check(cuMemcpy3D_v2(&c3), "cuMemcpy3D_v2");
+        check(cuMemcpyPeerAsync(b, primary, a, primary, 4 * MiB, s), "cuMemcpyPeerAsync");
+        check(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 2, (CUmemcpyAttributes *)(void *)attr, attr_idx, 1, s),
+              "cuMemcpyBatchAsync_v2");
+    }
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    gslice_shim_stats s1 = gate_counters(200000);
+    static char host[4 * MiB];
+    CUDA_MEMCPY2D h2 = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = 4096,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a, .dstPitch = 4096,
+                        .WidthInBytes = 4096, .Height = 1024};
+    for (int i = 0; i < 20; i++)
+        check(cuMemcpy2D_v2(&h2), "cuMemcpy2D_v2 (host to device)");
+    print_copy_gating(s0, s1, gate_counters(200000));
+    return 0;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void *);
+
+/* A graph captured from cuMemAllocAsync + cuMemFreeAsync of bytes. */
+static CUgraphExec captured_graph_with_memory(CUstream s, size_t bytes)
+{
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    check(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture_v2");
+    check(cuMemAllocAsync(&p, bytes, s), "cuMemAllocAsync (captured)");
+    check(cuMemFreeAsync(p, s), "cuMemFreeAsync (captured)");
+    check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+    check(cuGraphInstantiateWithFlags(&e, g, 0), "cuGraphInstantiateWithFlags");
+    return e;
+}
+
+static unsigned long long graph_reserved(void)
+{
+    cuuint64_t v = 0;
+    check(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v), "cuDeviceGetGraphMemAttribute");
+    return (unsigned long long)v;
+}
+
+/* Graph memory: charged when a launch takes it, kept (the graph memory
+ * pool keeps it after the graph frees it) until cuDeviceGraphMemTrim. */
+static int run_graph(void)
+{
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraphExec e = captured_graph_with_memory(s, 256 * MiB);
+    held("after_instantiate");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_launch");
+    printf("reserved_after_launch=%llu\n", graph_reserved());
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_relaunch");
+    check(cuGraphExecDestroy(e), "cuGraphExecDestroy");
+    held("after_exec_destroy");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_trim");
+    printf("reserved_after_trim=%llu\n", graph_reserved());
+    /* an upload takes the memory too */
+    e = captured_graph_with_memory(s, 64 * MiB);
+    check(cuGraphUpload(e, s), "cuGraphUpload");
+    held("after_upload");
+    check(cuGraphExecDestroy(e), "cuGraphExecDestroy");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_second_trim");
+    return 0;
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+
+/* A graph instantiated by a route the shim's table does not have (the CUDA
+ * 11 cuGraphInstantiate_v2): its memory is charged at the next memory query. */
+static int run_graph_unseen(void)
+{
+    CUstream s;
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    check(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture_v2");
+    check(cuMemAllocAsync(&p, 64 * MiB, s), "cuMemAllocAsync (captured)");
+    check(cuMemFreeAsync(p, s), "cuMemFreeAsync (captured)");
+    check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+    check(cuGraphInstantiate_v2(&e, g, NULL, NULL, 0), "cuGraphInstantiate_v2");
+    check(cuGraphLaunch(e, s), "cuGraphLaunch");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    size_t free_b, total;
+    check(cuMemGetInfo_v2(&free_b, &total), "cuMemGetInfo_v2");
+    held("after_query");
+    check(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
+    held("after_trim");
+    return 0;
+}
+
+/* A graph whose memory is beyond the group's quota: its launch is refused
+ * (out of memory) before the driver takes anything. */
+static int run_graph_over(size_t bytes)
+{
+    CUstream s;
+    check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    CUgraphExec e = captured_graph_with_memory(s, bytes);
+    printf("launch_rc=%d\n", (int)cuGraphLaunch(e, s));
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    held("after_refused_launch");
+    printf("reserved_after_refused_launch=%llu\n", graph_reserved());
+    printf("upload_rc=%d\n", (int)cuGraphUpload(e, s));
     return 0;
 }
 
@@ -195,5 +355,13 @@ int main(int argc, char **argv)
         return run_overhead();
     if (!strcmp(argv[1], "copies"))
         return run_copies();
+    if (!strcmp(argv[1], "shaped_copies"))
+        return run_shaped_copies();
+    if (!strcmp(argv[1], "graph"))
+        return run_graph();
+    if (!strcmp(argv[1], "graph_unseen"))
+        return run_graph_unseen();
+    if (!strcmp(argv[1], "graph_over"))
+        return run_graph_over(3072 * MiB);
     return 2;
 }

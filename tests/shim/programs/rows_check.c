@@ -71,7 +71,7 @@ int main(void)
     uint64_t ns = 1000;
     void *params[] = {&ns};
     CUgraph graph;
-    CUgraphExec exec;
+    CUgraphExec exec, exec2 = NULL;
     cuGraphCreate(&graph, 0);
     cuGraphInstantiateWithFlags(&exec, graph, 0);
     CUlaunchConfig cfg = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
@@ -105,6 +105,22 @@ int main(void)
         BY_NAME(CUresult(*)(CUdeviceptr *, size_t), "cuMemAlloc_v2")(&b, 64 * 1024))
         return 3;
 
+    /* 2D / 3D / peer / batch copies between a and b (8 rows of 256 bytes at a 512-byte pitch, 2 slices) */
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 512,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 512,
+                        .WidthInBytes = 256, .Height = 8};
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 512, .srcHeight = 8,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 512, .dstHeight = 8,
+                        .WidthInBytes = 256, .Height = 8, .Depth = 2};
+    CUDA_MEMCPY3D_PEER c3p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcContext = primary,
+                              .srcPitch = 512, .srcHeight = 8, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+                              .dstContext = primary, .dstPitch = 512, .dstHeight = 8, .WidthInBytes = 256, .Height = 8,
+                              .Depth = 2};
+    CUdeviceptr batch_dst[2] = {b, b + 8192}, batch_src[2] = {a, a + 8192};
+    size_t batch_size[2] = {4096, 4096}, batch_attr_idx[1] = {0};
+    /* CUmemcpyAttributes (24 bytes in cuda.h); the simulated driver only counts them */
+    CUmemcpyAttributes *batch_attr = (CUmemcpyAttributes *)(void *)(unsigned long long[4]){0};
+
     /* Order matters where one row needs another's result: rows are called
      * in table order, which allocates before it frees. */
     int rows = row_count();
@@ -126,6 +142,12 @@ int main(void)
             rc = CALL(CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **), &cfg, f, params, NULL);
         else if (IS("cuGraphLaunch") || IS("cuGraphLaunch_ptsz") || IS("cuGraphUpload") || IS("cuGraphUpload_ptsz"))
             rc = CALL(CUresult(*)(CUgraphExec, CUstream), exec, s);
+        else if (IS("cuGraphInstantiateWithFlags"))
+            rc = CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), &exec2, graph, 0);
+        else if (IS("cuGraphExecDestroy"))
+            rc = CALL(CUresult(*)(CUgraphExec), exec2);
+        else if (IS("cuDeviceGraphMemTrim"))
+            rc = CALL(CUresult(*)(CUdevice), dev);
         else if (IS("cuStreamBeginCapture") || IS("cuStreamBeginCapture_ptsz")) {
             rc = CALL(CUresult(*)(CUstream), s);
             if (!rc)
@@ -162,6 +184,32 @@ int main(void)
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream), a, 1, 2048, s);
         else if (IS("cuMemsetD32Async") || IS("cuMemsetD32Async_ptsz"))
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream), a, 1, 1024, s);
+        else if (IS("cuMemcpy2D_v2") || IS("cuMemcpy2D_v2_ptds") || IS("cuMemcpy2DUnaligned_v2") ||
+                 IS("cuMemcpy2DUnaligned_v2_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY2D *), &c2);
+        else if (IS("cuMemcpy2DAsync_v2") || IS("cuMemcpy2DAsync_v2_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY2D *, CUstream), &c2, s);
+        else if (IS("cuMemcpy3D_v2") || IS("cuMemcpy3D_v2_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D *), &c3);
+        else if (IS("cuMemcpy3DAsync_v2") || IS("cuMemcpy3DAsync_v2_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D *, CUstream), &c3, s);
+        else if (IS("cuMemcpy3DPeer") || IS("cuMemcpy3DPeer_ptds"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D_PEER *), &c3p);
+        else if (IS("cuMemcpy3DPeerAsync") || IS("cuMemcpy3DPeerAsync_ptsz"))
+            rc = CALL(CUresult(*)(const CUDA_MEMCPY3D_PEER *, CUstream), &c3p, s);
+        else if (IS("cuMemcpyPeer") || IS("cuMemcpyPeer_ptds"))
+            rc = CALL(CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t), b, primary, a, primary, 4096);
+        else if (IS("cuMemcpyPeerAsync") || IS("cuMemcpyPeerAsync_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream), b, primary, a,
+                      primary, 4096, s);
+        else if (IS("cuMemcpyBatchAsync") || IS("cuMemcpyBatchAsync_ptsz")) {
+            size_t fail;
+            rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                                  size_t *, CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1,
+                      &fail, s);
+        } else if (IS("cuMemcpyBatchAsync_v2") || IS("cuMemcpyBatchAsync_v2_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                                  CUstream), batch_dst, batch_src, batch_size, 2, batch_attr, batch_attr_idx, 1, s);
         else if (IS("cuMemAlloc"))
             rc = CALL(CUresult(*)(unsigned int *, unsigned int), &small, 4096);
         else if (IS("cuMemAlloc_v2"))
@@ -283,6 +331,40 @@ int main(void)
             failures++;
         cuStreamSynchronize(s);
     }
+    /* The runtime's route: each driver row's base name (the name without
+     * _ptsz/_ptds and _vN), asked of cuGetProcAddress_v2 at CUDA 13.0 with
+     * the row's stream flavour, answers a shim wrapper. */
+    CUresult (*proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+        BY_NAME(CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *),
+                "cuGetProcAddress_v2");
+    int routed = 0;
+    for (int i = 0; i < rows; i++) {
+        const char *name = row_name(i);
+        if (strncmp(name, "cu", 2) != 0)
+            continue;
+        char base[128];
+        snprintf(base, sizeof base, "%s", name);
+        int per_thread = 0;
+        char *suffix = strstr(base, "_ptsz");
+        if (!suffix)
+            suffix = strstr(base, "_ptds");
+        if (suffix) {
+            *suffix = 0;
+            per_thread = 1;
+        }
+        char *version = strrchr(base, '_');
+        if (version && version[1] == 'v' && version[2] >= '0' && version[2] <= '9')
+            *version = 0;
+        void *pf = NULL;
+        CUresult rc = proc(base, &pf, 13000, per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &qs);
+        if (rc || strcmp(object_of(pf), "libgslice.so") != 0) {
+            printf("proc_unrouted=%s base=%s rc=%d object=%s\n", name, base, rc, object_of(pf));
+            failures++;
+        } else {
+            routed++;
+        }
+    }
+    printf("proc_routed=%d\n", routed);
     printf("failures=%d\n", failures);
     return failures ? 1 : 0;
 }

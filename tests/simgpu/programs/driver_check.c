@@ -65,6 +65,21 @@ CUresult cuEventSynchronize(CUevent);
 CUresult cuEventElapsedTime(float *, CUevent, CUevent);
 CUresult cuEventDestroy_v2(CUevent);
 CUresult cuGraphCreate(CUgraph *, unsigned);
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
+CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType *);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void *);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *, CUstream);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
+CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *);
+CUresult cuMemcpyPeer(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
+CUresult cuMemcpyBatchAsync(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
+                            size_t *, CUstream);
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS *);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
@@ -195,6 +210,177 @@ static int memory(void) {
     CHECK(cuMemFree(small));
     CHECK(cuMemGetInfo_v2(&free2, &total));
     printf("end_free_equal=%d\n", free2 == free0);
+    return 0;
+}
+
+/* 2D / 3D / peer / batch copies: the bytes land where the pitches and
+ * offsets say, arrays are addressed by their rows, bad descriptors are
+ * refused, and a device-side copy takes engine time for its bytes. */
+static int shaped(void) {
+    enum { W = 100, H = 6, HP = 128, DP = 512 };
+    unsigned char host[HP * H * 2], back[HP * H * 2];
+    for (size_t i = 0; i < sizeof host; i++) host[i] = (unsigned char)(i * 13 + 1);
+    CUdeviceptr a, b;
+    CUcontext ctx;
+    CHECK(cuCtxGetCurrent(&ctx));
+    CHECK(cuMemAlloc_v2(&a, 64 << 20));
+    CHECK(cuMemAlloc_v2(&b, 64 << 20));
+    /* host (pitch 128) -> device (pitch 512, at x=8, y=2) -> device b (3D, 2 slices) -> host (pitch 128) */
+    CUDA_MEMCPY2D up = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = HP,
+                        .dstXInBytes = 8, .dstY = 2, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a,
+                        .dstPitch = DP, .WidthInBytes = W, .Height = H};
+    CHECK(cuMemcpy2D_v2(&up));
+    up.srcHost = host + HP * H;
+    up.dstY = 2 + 8;                       /* second slice: 8 rows further */
+    CHECK(cuMemcpy2D_v2(&up));
+    CUDA_MEMCPY3D across = {.srcXInBytes = 8, .srcY = 2, .srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+                            .srcPitch = DP, .srcHeight = 8, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+                            .dstPitch = DP, .dstHeight = H, .WidthInBytes = W, .Height = H, .Depth = 2};
+    CHECK(cuMemcpy3D_v2(&across));
+    CUDA_MEMCPY3D_PEER down = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = b, .srcContext = ctx,
+                               .srcPitch = DP, .srcHeight = H, .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = back,
+                               .dstContext = ctx, .dstPitch = HP, .dstHeight = H, .WidthInBytes = W, .Height = H,
+                               .Depth = 2};
+    memset(back, 0, sizeof back);
+    CHECK(cuMemcpy3DPeer(&down));
+    int same = 1;
+    for (size_t z = 0; z < 2; z++)
+        for (size_t y = 0; y < H; y++) same &= !memcmp(back + (z * H + y) * HP, host + (z * H + y) * HP, W);
+    printf("shaped_roundtrip_ok=%d\n", same);
+    /* an array side: rows of 64 x 4 bytes */
+    CUarray arr;
+    CUDA_ARRAY_DESCRIPTOR desc = {64, 8, CU_AD_FORMAT_FLOAT, 1};
+    CHECK(cuArrayCreate_v2(&arr, &desc));
+    CUDA_MEMCPY2D to_arr = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = host, .srcPitch = HP,
+                            .dstMemoryType = CU_MEMORYTYPE_ARRAY, .dstArray = arr, .WidthInBytes = W, .Height = H};
+    CHECK(cuMemcpy2D_v2(&to_arr));
+    CUDA_MEMCPY2D from_arr = {.srcMemoryType = CU_MEMORYTYPE_ARRAY, .srcArray = arr,
+                              .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = back, .dstPitch = HP,
+                              .WidthInBytes = W, .Height = H};
+    memset(back, 0, sizeof back);
+    CHECK(cuMemcpy2D_v2(&from_arr));
+    same = 1;
+    for (size_t y = 0; y < H; y++) same &= !memcmp(back + y * HP, host + y * HP, W);
+    printf("array_roundtrip_ok=%d\n", same);
+    to_arr.WidthInBytes = 257;             /* wider than the array's 256-byte rows */
+    EXPECT(cuMemcpy2D_v2(&to_arr), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuArrayDestroy(arr));
+    /* refused descriptors */
+    CUDA_MEMCPY2D narrow = up;
+    narrow.dstPitch = W - 1;               /* pitch below the width */
+    EXPECT(cuMemcpy2D_v2(&narrow), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMCPY2D beyond = up;
+    beyond.dstY = (64 << 20) / DP;         /* rows past the allocation's end */
+    EXPECT(cuMemcpy2D_v2(&beyond), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMCPY3D reserved = across;
+    reserved.reserved0 = &reserved;
+    EXPECT(cuMemcpy3D_v2(&reserved), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemcpyPeer(b, NULL, a, ctx, 4096), CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuMemcpyPeer(b, ctx, a, ctx, 4096));
+    CUdeviceptr dsts[1] = {b}, srcs[1] = {a};
+    size_t sizes[1] = {4096}, idx[1] = {0}, fail = 0;
+    unsigned long long attr[4] = {0};      /* CUmemcpyAttributes: 24 bytes in cuda.h */
+    EXPECT(cuMemcpyBatchAsync(dsts, srcs, sizes, 1, (CUmemcpyAttributes *)(void *)attr, idx, 1, &fail, NULL),
+           CUDA_ERROR_INVALID_VALUE);      /* not on the legacy NULL stream */
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemcpyBatchAsync(dsts, srcs, sizes, 1, (CUmemcpyAttributes *)(void *)attr, idx, 1, &fail, s));
+    CHECK(cuStreamSynchronize(s));
+    /* engine time: 32 MiB device to device in 2D rows (GSLICE_SIM_DEVICE_GBPS sets the rate) */
+    CUDA_MEMCPY2D big = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcPitch = 1 << 20,
+                         .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b, .dstPitch = 1 << 20,
+                         .WidthInBytes = 1 << 20, .Height = 32};
+    double t0 = now_ms();
+    CHECK(cuMemcpy2D_v2(&big));
+    printf("copy2d_32mib_ms=%.1f\n", now_ms() - t0);
+    t0 = now_ms();
+    CHECK(cuMemcpy2DAsync_v2(&big, s));
+    double queued = now_ms() - t0;
+    CHECK(cuStreamSynchronize(s));
+    printf("copy2d_async_queued_ms=%.1f\ncopy2d_async_total_ms=%.1f\n", queued, now_ms() - t0);
+    return 0;
+}
+
+static unsigned long long graph_attr(CUgraphMem_attribute attr) {
+    cuuint64_t v = 0;
+    CHECK(cuDeviceGetGraphMemAttribute(0, attr, &v));
+    return (unsigned long long)v;
+}
+
+/* Graph memory: captured stream-ordered allocations become mem alloc /
+ * free nodes; a launch takes the bytes from the graph memory pool, which
+ * keeps them until trimmed; unfreed allocations stay used; a graph larger
+ * than the device is out of memory at launch. */
+static int graphmem(void) {
+    size_t free0, free1, total;
+    CUstream s;
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec e;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemGetInfo_v2(&free0, &total));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuMemAllocAsync(&p, 64 << 20, s));
+    launch_sleep(s, 1000000);
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamEndCapture(s, &g));
+    CUgraphNode nodes[8];
+    size_t n = 8;
+    CHECK(cuGraphGetNodes(g, nodes, &n));
+    CUgraphNodeType t0, t1, t2;
+    CHECK(cuGraphNodeGetType(nodes[0], &t0));
+    CHECK(cuGraphNodeGetType(nodes[1], &t1));
+    CHECK(cuGraphNodeGetType(nodes[2], &t2));
+    printf("captured_nodes=%zu\ncaptured_types=%d,%d,%d\n", n, t0, t1, t2);
+    CHECK(cuGraphInstantiateWithFlags(&e, g, 0));
+    printf("reserved_before_launch=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("reserved_after_launch=%llu\nused_after_launch=%llu\nused_high=%llu\nfree_drop=%zu\n",
+           graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+           graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH), free0 - free1);
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("reserved_after_relaunch=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuDeviceGraphMemTrim(0));
+    CHECK(cuMemGetInfo_v2(&free1, &total));
+    printf("reserved_after_trim=%llu\nfree_restored=%d\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+           free1 == free0);
+    /* an explicit alloc node without a free node */
+    CUgraph g2;
+    CUgraphExec e2;
+    CUgraphNode an, fn;
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = {.poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                                   .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}},
+                                     .bytesize = 32 << 20};
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphAddMemAllocNode(&an, g2, NULL, 0, &ap));
+    printf("alloc_node_dptr_set=%d\n", ap.dptr != 0);
+    EXPECT(cuGraphAddMemFreeNode(&fn, g2, NULL, 0, ap.dptr + 4096), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEM_ALLOC_NODE_PARAMS host = ap;
+    host.poolProps.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    EXPECT(cuGraphAddMemAllocNode(&fn, g2, NULL, 0, &host), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGraphInstantiateWithFlags(&e2, g2, 0));
+    CHECK(cuGraphLaunch(e2, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("used_unfreed=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT));
+    EXPECT(cuGraphLaunch(e2, s), CUDA_ERROR_INVALID_VALUE);   /* its allocation is still live */
+    CHECK(cuDeviceGraphMemTrim(0));
+    printf("reserved_trim_while_used=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(cuGraphExecDestroy(e2));
+    CHECK(cuDeviceGraphMemTrim(0));
+    printf("reserved_after_exec_destroy_trim=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    /* more graph memory than the device has */
+    CUgraph g3;
+    CUgraphExec e3;
+    ap.bytesize = total + (1 << 20);
+    CHECK(cuGraphCreate(&g3, 0));
+    CHECK(cuGraphAddMemAllocNode(&an, g3, NULL, 0, &ap));
+    CHECK(cuGraphInstantiateWithFlags(&e3, g3, 0));
+    EXPECT(cuGraphLaunch(e3, s), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT(cuGraphUpload(e3, s), CUDA_ERROR_OUT_OF_MEMORY);
+    printf("reserved_after_oom=%llu\n", graph_attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
     return 0;
 }
 
@@ -425,6 +611,8 @@ int main(int argc, char **argv) {
     }
     setup();
     if (strcmp(what, "memory") == 0) return memory();
+    if (strcmp(what, "shaped") == 0) return shaped();
+    if (strcmp(what, "graphmem") == 0) return graphmem();
     if (strcmp(what, "oom") == 0 && argc == 3) return oom(strtoull(argv[2], NULL, 10));
     if (strcmp(what, "events") == 0 && argc == 4) return events(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     if (strcmp(what, "order") == 0) return order();
