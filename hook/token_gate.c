@@ -812,8 +812,13 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
      * of its end, so the GPU stays fed and at most about one kernel is
      * queued past a closing gate. */
     uint64_t ahead = GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
-    if (queued_end > now + ahead)
+    if (queued_end > now + ahead) {
+        /* Waiting for its own GPU work: busy, not idle (the keeper must not
+         * end the slice as idle under a paced launch). */
+        atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
         sleep_until_ns(queued_end - ahead);
+        atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    }
     /* Contiguous only if the running kernel outlasted the sleep: an
      * estimate too long lets the GPU run dry, and measuring across that gap
      * would keep the estimate too long. */

@@ -36,7 +36,8 @@ before priority classes; the class orders groups within a tier.
 Debt. A waiting group whose work items are at least quantum_max long (it
 reported them) and that is ahead of the pace of a *contending* group (one that
 could use the GPU now: waiting and not at its limit, or one that released
-a busy slice less than quantum_min ago, whose next request is on the way)
+less than quantum_min ago, whose next request may be on the way: a busy
+client stalled for an idle check between two launches releases "idle")
 by more than its fair slice minus half its work item is in debt: it is
 served only when no eligible waiter is out of debt and no such contending
 group is about to ask. An overrun, a late release or a work item longer
@@ -272,7 +273,7 @@ Decision = Union[Grant, Revoke, Expire]
 class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
-        "intervals", "charged", "waiters", "clients", "last_active", "last_busy_release", "pace_until",
+        "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -283,7 +284,10 @@ class _Group:
         self.waiters: dict[str, int] = {}  # client id -> wait sequence, FIFO order
         self.clients: set[str] = set()
         self.last_active = -math.inf  # latest request, release or charge end
-        self.last_busy_release = -math.inf  # latest release that was not idle (more work follows)
+        # Latest release, idle or not: for quantum_min after it the group may
+        # ask again (a busy client between two launches can look idle), so a
+        # group in debt is not served in that gap.
+        self.last_release = -math.inf
         self.pace_until = -math.inf  # smooth cap: not served again before this time
         self.set_spec(spec, window)
 
@@ -558,8 +562,7 @@ class Scheduler:
         self._charge(group, now, charged)
         if not (holding.leased and used == 0.0):  # a lease given back unused says nothing
             self._adapt_quantum(client, holding, charged, used, idle)
-            if not idle:
-                group.last_busy_release = now
+            group.last_release = now
         if keep_lease and idle and not holding.revoked and not group.capped and not self._waiting_groups:
             holding.leased = True
             holding.grant_time = now
@@ -744,9 +747,10 @@ class Scheduler:
         return group.cap - usage < threshold - _TIME_EPSILON or now < group.pace_until - _TIME_EPSILON
 
     def _contending(self, group: _Group, now: float) -> bool:
-        """Could `group` use the GPU now? Waiting and not capped out, or just
-        gave the token back with work left (its next request is on the way)."""
-        if not group.waiters and group.last_busy_release <= now - self.config.quantum_min + _TIME_EPSILON:
+        """Could `group` use the GPU now? Waiting and not capped out, or gave
+        the token back less than quantum_min ago (idle or not: a busy client
+        stalled between two launches looks idle; its request may follow)."""
+        if not group.waiters and group.last_release <= now - self.config.quantum_min + _TIME_EPSILON:
             return False
         return not self._capped_out(group, self._usage(group, now), now)
 
@@ -779,8 +783,8 @@ class Scheduler:
 
         Groups at their limit are skipped. A group in debt is served only
         when every eligible waiter is in debt and no group that is not in
-        debt just released with work left (its request follows within
-        quantum_min: the GPU waits for it rather than deepen the debt)."""
+        debt released less than quantum_min ago (its request may follow:
+        the GPU waits that long for it rather than deepen the debt)."""
         best = best_free = None
         for group in self._waiting_groups:
             usage = self._usage(group, now)
@@ -795,7 +799,7 @@ class Scheduler:
             return best_free
         recent = now - self.config.quantum_min + _TIME_EPSILON
         for group in self._groups.values():
-            if group.waiters or group.last_busy_release <= recent:
+            if group.waiters or group.last_release <= recent:
                 continue
             usage = self._usage(group, now)
             if not self._capped_out(group, usage, now) and not self._in_debt(group, usage, now):
@@ -952,7 +956,7 @@ class Scheduler:
                 in_debt = True
         if in_debt:
             for group in self._groups.values():
-                moment = group.last_busy_release + self.config.quantum_min
+                moment = group.last_release + self.config.quantum_min
                 if moment > now:
                     times.append(moment)
         return times
