@@ -40,8 +40,14 @@ less than quantum_min ago, whose next request may be on the way: a busy
 client stalled for an idle check between two launches releases "idle")
 by more than its fair slice minus half its work item is in debt: it is
 served only when no eligible waiter is out of debt and no such contending
-group is about to ask. An overrun, a late release or a work item longer
-than a slice is so paid back before the group is served again, and a
+group is about to ask. Such a group is also in debt for a while after each
+charge of ``a`` seconds made beside contending groups: until
+``fair_pace_until = max(fair_pace_until, start) + a / f`` (f: its request
+over the sum of the contending groups' requests, its own included), a GCRA
+like the smooth cap's, so its items are spaced out (1 s items at f = 0.3:
+one every 3.3 s) instead of coming in clumps that echo every window (items
+leaving the window together make room for as many new ones at once).
+An overrun, a late release or a work item longer than a slice is so paid back before the group is served again, and a
 group with 1 s kernels beside one with 1 ms kernels keeps its share: its
 lead oscillates around zero instead of growing.
 
@@ -274,6 +280,7 @@ class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
         "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
+        "fair_pace_until",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -289,6 +296,9 @@ class _Group:
         # group in debt is not served in that gap.
         self.last_release = -math.inf
         self.pace_until = -math.inf  # smooth cap: not served again before this time
+        # Debt spacing: a charge of `a` beside contending groups moves this
+        # to max(it, start) + a / (its fraction of the contending requests).
+        self.fair_pace_until = -math.inf
         self.set_spec(spec, window)
 
     def set_spec(self, spec: GroupSpec, window: float) -> None:
@@ -633,6 +643,13 @@ class Scheduler:
             # then at most limit x interval + one slice.
             begin = end - amount
             group.pace_until = max(group.pace_until, begin) + amount / group.limit
+        # Debt spacing (see _in_debt): the same pacing at the group's fair
+        # fraction of the groups contending now.
+        requests = group.request_usage + sum(other.request_usage for other in self._groups.values()
+                                             if other is not group and self._contending(other, end))
+        if requests > group.request_usage:
+            begin = end - amount
+            group.fair_pace_until = max(group.fair_pace_until, begin) + amount * requests / group.request_usage
         intervals = group.intervals
         start = end - amount
         point = 0.0
@@ -769,6 +786,12 @@ class Scheduler:
         fair = self._fair_slice(group, usage, now, contending_only=True)
         if fair is None:
             return False
+        # Spacing: after a work item it waits item x (1 - f) / f (f: its
+        # fraction of the contending requests), so its items are spread out;
+        # the window alone lets them come in clumps that echo every window
+        # (old items leave the window together, new ones replace them).
+        if now < group.fair_pace_until - _TIME_EPSILON:
+            return True
         return fair - 0.5 * head.work_item < -_TIME_EPSILON
 
     @staticmethod
