@@ -232,7 +232,8 @@ static void handle_daemon_loss_locked(gs_gate *g, int rc)
 }
 
 /* The longest work item this process submits, for tokend's quanta: the
- * measured GPU time per launch when kernels are long, else 0 (unknown). */
+ * longer of the measured GPU time per launch and the longest per-function /
+ * per-graph estimate, when that is long, else 0 (unknown or short). */
 static uint32_t work_item_us(gs_gate *g)
 {
     uint32_t gpu_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);

@@ -24,7 +24,10 @@
  * margin of its estimated end, so the GPU never waits for a submission and
  * a closing gate leaves about one kernel queued. A long kernel that would
  * end well past the slice's quantum is not started in it: the slice is
- * renewed or ended first ("wrap-up").
+ * renewed or ended first ("wrap-up"). The length used is the launched
+ * CUfunction's / CUgraphExec's own estimate (a 64-slot table fed by
+ * launches timed alone: a start event just before, the checkpoint after),
+ * else the process's GPU time per launch.
  *
  * API for other launch routes (e.g. cuGraphLaunch): call
  * gs_gate_checkpoint_before_launch(g, work) then gs_gate_enter(g, ctx, &ticket)
