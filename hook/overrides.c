@@ -50,12 +50,12 @@ static inline void *real_nvml(void *const *slot)
 
 /* The slow path of a launch (the inline fast path is in the generated
  * wrapper below, so it needs no stack frame and ends in a tail jump). */
-#define GS_LAUNCH_CORE(pfn_type, stream, call_args)                                   \
+#define GS_LAUNCH_CORE(pfn_type, stream, work, call_args)                                 \
     pfn_type fn = (pfn_type)real_cuda(real_slot);                                     \
     if (!fn)                                                                          \
         return CUDA_ERROR_NOT_INITIALIZED;                                            \
     gs_launch_ticket ticket;                                                          \
-    gs_launch_begin(&ticket, (stream), ptsz);                                         \
+    gs_launch_begin(&ticket, (stream), ptsz, (work));                                \
     CUresult rc = fn call_args;                                                       \
     if (ticket.checkpoint)                                                            \
         gs_launch_end(&ticket, (stream), ptsz, rc);                                   \
@@ -67,13 +67,13 @@ static inline CUresult impl_launch_kernel(void *const *real_slot, int ptsz, CUfu
                                           unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
                                           void **extra)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernel, hStream, GS_LAUNCH_ARGS)
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernel, hStream, f, GS_LAUNCH_ARGS)
 }
 
 static inline CUresult impl_launch_kernel_ex(void *const *real_slot, int ptsz, const CUlaunchConfig *config,
                                              CUfunction f, void **kernelParams, void **extra)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernelEx, config ? config->hStream : NULL, (config, f, kernelParams, extra))
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchKernelEx, config ? config->hStream : NULL, f, (config, f, kernelParams, extra))
 }
 
 static inline CUresult impl_launch_cooperative(void *const *real_slot, int ptsz, CUfunction f,
@@ -83,12 +83,12 @@ static inline CUresult impl_launch_cooperative(void *const *real_slot, int ptsz,
                                                unsigned int sharedMemBytes, CUstream hStream,
                                                void **kernelParams)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuLaunchCooperativeKernel, hStream, GS_COOP_ARGS)
+    GS_LAUNCH_CORE(gs_pfn_cuLaunchCooperativeKernel, hStream, f, GS_COOP_ARGS)
 }
 
 static CUresult graph_launch_gated(void *const *real_slot, int ptsz, CUgraphExec hGraphExec, CUstream hStream)
 {
-    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, (hGraphExec, hStream))
+    GS_LAUNCH_CORE(gs_pfn_cuGraphLaunch, hStream, hGraphExec, (hGraphExec, hStream))
 }
 
 /* A graph with memory nodes takes its bytes from the graph memory pool:
@@ -152,7 +152,7 @@ static inline CUresult impl_graph_mem_trim(void *const *real_slot, int ptsz, CUd
 #define GS_COPY_IMPL(impl, pfn_type, params, stream, call_args)                        \
     static inline CUresult impl_##impl params                                          \
     {                                                                                  \
-        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+        GS_LAUNCH_CORE(pfn_type, stream, NULL, call_args)                                  \
     }
 GS_COPY_IMPL(copy_sync, gs_pfn_cuMemcpyDtoD_v2,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, (dst, src, n))
@@ -198,7 +198,7 @@ static inline bool device_side_copy(CUmemorytype src, CUmemorytype dst)
             pfn_type pass = (pfn_type)real_cuda(real_slot);                            \
             return pass ? pass call_args : CUDA_ERROR_NOT_INITIALIZED;                 \
         }                                                                              \
-        GS_LAUNCH_CORE(pfn_type, stream, call_args)                                    \
+        GS_LAUNCH_CORE(pfn_type, stream, NULL, call_args)                                  \
     }
 GS_DESC_COPY_IMPL(copy2d, gs_pfn_cuMemcpy2D_v2, (void *const *real_slot, int ptsz, const CUDA_MEMCPY2D *pCopy), NULL,
                   (pCopy))

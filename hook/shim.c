@@ -71,9 +71,10 @@ bool gs_shim_metered(void)
     return shim_metered;
 }
 
-void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
+void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void *work)
 {
     t->gate = NULL;
+    t->work = work;
     t->checkpoint = false;
     t->launches = 0;
     if (!gs_shim_metered() || !gs_real_cuda_load()) {
@@ -102,7 +103,7 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
      * would not fit, then pass the gate (see token_gate.h). */
     if (same_slice) {
         int mode = gs_capture_relax();   /* its event waits must not break another thread's capture */
-        gs_gate_checkpoint_before_launch(g);
+        gs_gate_checkpoint_before_launch(g, work);
         gs_capture_restore(mode);
     }
     gs_gate_enter(g, ctx, t);
@@ -113,13 +114,18 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz)
      * handoff and the pacing need to know what is queued). */
     t->checkpoint = true;
     t->launches = same_slice && closing ? closing : 1;
+    if (t->launches == 1 && work) {
+        int mode = gs_capture_relax();
+        gs_gate_mark_start(stream, ptsz);
+        gs_capture_restore(mode);
+    }
 }
 
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
 {
     if (t->gate && t->checkpoint && rc == CUDA_SUCCESS) {
         int mode = gs_capture_relax();
-        gs_gate_checkpoint(t->gate, stream, ptsz, t->launches);
+        gs_gate_checkpoint(t->gate, stream, ptsz, t->launches, t->launches == 1 ? t->work : NULL);
         gs_capture_restore(mode);
     }
 }

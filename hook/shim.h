@@ -18,7 +18,7 @@ bool gs_shim_metered(void);
 /* Launch slow path: waits for a token; decides on a checkpoint. A launch
  * into a capturing stream passes at once (nothing runs: not gated, not
  * charged, no checkpoint). */
-void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz) __attribute__((noinline, cold));
+void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void *work) __attribute__((noinline, cold));
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
     __attribute__((noinline, cold));
 

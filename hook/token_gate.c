@@ -29,6 +29,13 @@ __thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
  * GPU never ran dry (the previous checkpoint was still pending). */
 static __thread bool tls_contiguous __attribute__((tls_model("initial-exec")));
 
+/* This thread's start event for its next single-launch checkpoint (it
+ * changes hands with the checkpoint slot's, so a recorded one is never
+ * re-recorded before it is read). */
+static __thread CUevent tls_start __attribute__((tls_model("initial-exec")));
+static __thread CUcontext tls_start_ctx __attribute__((tls_model("initial-exec")));
+static __thread bool tls_start_armed __attribute__((tls_model("initial-exec")));
+
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
 /* AcquireToken: the daemon's wait, and ours a little longer. */
@@ -225,10 +232,14 @@ static void handle_daemon_loss_locked(gs_gate *g, int rc)
 }
 
 /* The longest work item this process submits, for tokend's quanta: the
- * measured GPU time per launch when kernels are long, else 0 (unknown). */
+ * longer of the measured GPU time per launch and the longest per-function /
+ * per-graph estimate, when that is long, else 0 (unknown or short). */
 static uint32_t work_item_us(gs_gate *g)
 {
     uint32_t gpu_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    if (longest > gpu_us)
+        gpu_us = longest;
     return gpu_us >= GS_GATE_LONG_KERNEL_US ? gpu_us : 0;
 }
 
@@ -358,20 +369,39 @@ static void sleep_until_ns(uint64_t deadline_ns);
  * holder's grant and first submission overlap it. What is queued is already
  * bounded (checkpoints: ~2 ms of short kernels; pacing: a long kernel and
  * its feed-ahead); with long kernels the release waits until the last one
- * is within the handoff lead of its estimated end. The tail runs at the
+ * is within the handoff lead of its estimated end. A short tail runs at the
  * start of the next slice and is charged to it: handoffs go both ways, so
- * the tails even out. */
-static void wait_for_handoff_point(gs_gate *g, bool preempted)
+ * the tails even out. Returns the time this slice is charged up to: a long
+ * kernel still running (a preempted holder releases at once) is charged to
+ * this slice up to its estimated end, and work of unknown length (nothing
+ * measured yet: it may be a 1 s kernel) is waited for, so it is charged
+ * here, not to the next holder. */
+static uint64_t wait_for_handoff_point(gs_gate *g, bool preempted)
 {
-    if (!gs_cu.cuEventQuery || preempted)
-        return;   /* preempted: the waiter's work queues behind the tail anyway; grant it now */
+    if (!gs_cu.cuEventQuery)
+        return monotonic_ns();
     pthread_mutex_lock(&g->checkpoint_mu);
     bool pending = newest_pending_any_thread_locked(g);
     uint64_t queued_end = g->newest_end_ns;
     pthread_mutex_unlock(&g->checkpoint_mu);
     uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
-    if (pending && kernel_us >= GS_GATE_LONG_KERNEL_US && queued_end > monotonic_ns() + HANDOFF_LEAD_NS)
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    if (longest > kernel_us)
+        kernel_us = longest;
+    if (!pending)
+        return monotonic_ns();
+    if (kernel_us == 0) {
+        wait_newest_checkpoint(g);
+        return monotonic_ns();
+    }
+    uint64_t now = monotonic_ns();
+    if (kernel_us < GS_GATE_LONG_KERNEL_US)
+        return now;
+    if (preempted)   /* the waiter's work queues behind the tail anyway: grant it now */
+        return queued_end > now ? queued_end : now;
+    if (queued_end > now + HANDOFF_LEAD_NS)
         sleep_until_ns(queued_end - HANDOFF_LEAD_NS);
+    return monotonic_ns();
 }
 
 /* Close the gate, wait for the slice's work, release the token. */
@@ -404,10 +434,8 @@ static void end_slice_locked(gs_gate *g, bool idle)
             wait_newest_checkpoint(g);
         else
             synchronise_contexts(ctxs, n);
-    } else {
-        wait_for_handoff_point(g, preempted);
     }
-    uint64_t end_ns = monotonic_ns();
+    uint64_t end_ns = idle || lost ? monotonic_ns() : wait_for_handoff_point(g, preempted);
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */
     uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
@@ -626,6 +654,52 @@ void gs_gate_kick_service(gs_gate *g)
 
 /* ---- checkpoints: bound the GPU work queued past the token ---- */
 
+static gs_work_estimate *estimate_slot(gs_gate *g, const void *work)
+{
+    uintptr_t h = (uintptr_t)work;
+    h ^= h >> 17;
+    h *= 0x9E3779B1u;
+    return &g->estimates[(h >> 7) % GS_GATE_WORK_ESTIMATES];
+}
+
+uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
+{
+    if (!work)
+        return 0;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    gs_work_estimate *e = estimate_slot(g, work);
+    uint32_t us = e->work == work ? e->gpu_us : 0;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    return us;
+}
+
+/* One launch of `work` took `us` from its stream reaching it to its end.
+ * The first launch of a slice may have queued behind the previous holder's
+ * tail (up to a whole kernel of someone else's), so its sample may only
+ * shrink an estimate already measured past a slice's first launch
+ * ("solid"); otherwise shrink at once, grow half way (a kernel's length
+ * also follows its arguments). The first measurement is taken as is; a
+ * colliding key takes the slot over. */
+static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bool first_of_slice)
+{
+    gs_work_estimate *e = estimate_slot(g, work);
+    if (e->work != work) {
+        e->work = work;
+        e->solid = false;
+    } else if (us > e->gpu_us) {
+        if (first_of_slice && e->solid)
+            return;
+        us = e->gpu_us + (us - e->gpu_us) / 2;
+    }
+    e->solid = e->solid || !first_of_slice;
+    e->gpu_us = us;
+    uint32_t longest = 0;
+    for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++)
+        if (g->estimates[i].work && g->estimates[i].gpu_us > longest)
+            longest = g->estimates[i].gpu_us;
+    atomic_store_explicit(&g->longest_work_us, longest, memory_order_relaxed);
+}
+
 static void adapt_interval(gs_gate *g, float ms, uint32_t launches, bool contiguous)
 {
     /* Aim: one checkpoint interval ~ 1 ms of GPU timeline. */
@@ -655,11 +729,23 @@ static void complete_oldest_locked(gs_gate *g)
     if (g->last_done >= 0) {
         gs_checkpoint *last = &g->checkpoints[g->last_done];
         float ms = 0;
+        /* An interval spanning two slices holds the other holders' work
+         * between them: it measures nothing of ours. */
+        bool contiguous = cp->contiguous && last->generation == cp->generation;
         if (last->ctx == cp->ctx && cp->launches > 0 && gs_cu.cuEventElapsedTime &&
             gs_cu.cuEventElapsedTime(&ms, last->event, cp->event) == CUDA_SUCCESS)
-            adapt_interval(g, ms, cp->launches, cp->contiguous);
+            adapt_interval(g, ms, cp->launches, contiguous);
         last->state = 0;
     }
+    float own_ms = 0;
+    if (cp->timed && cp->work && gs_cu.cuEventElapsedTime &&
+        gs_cu.cuEventElapsedTime(&own_ms, cp->start, cp->event) == CUDA_SUCCESS) {
+        record_estimate_locked(g, cp->work, (uint32_t)(own_ms * 1000.0f), cp->first_of_slice);
+        /* One launch timed alone: also the process's GPU time per launch. */
+        if (atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) == 0)
+            atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(own_ms * 1000.0f), memory_order_relaxed);
+    }
+    cp->timed = false;
     cp->state = 2;
     g->last_done = idx;
 }
@@ -692,9 +778,14 @@ static void sleep_until_ns(uint64_t deadline_ns)
     }
 }
 
-void gs_gate_checkpoint_before_launch(gs_gate *g)
+void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
 {
-    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    /* This kernel's or graph's own length when known: a process mixing
+     * short kernels and long graphs must not start a long one that does not
+     * fit because the last thing it measured was short. */
+    uint32_t kernel_us = gs_gate_work_estimate_us(g, work);
+    if (!kernel_us)
+        kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
     if (kernel_us < GS_GATE_LONG_KERNEL_US || !gs_cu.cuEventQuery)
         return;
     uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;
@@ -721,13 +812,44 @@ void gs_gate_checkpoint_before_launch(gs_gate *g)
     /* Pace: submit when the running kernel is within the feed-ahead margin
      * of its end, so the GPU stays fed and at most about one kernel is
      * queued past a closing gate. */
-    tls_contiguous = true;
     uint64_t ahead = GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
-    if (queued_end > now + ahead)
+    if (queued_end > now + ahead) {
+        /* Waiting for its own GPU work: busy, not idle (the keeper must not
+         * end the slice as idle under a paced launch). */
+        atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
         sleep_until_ns(queued_end - ahead);
+        atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    }
+    /* Contiguous only if the running kernel outlasted the sleep: an
+     * estimate too long lets the GPU run dry, and measuring across that gap
+     * would keep the estimate too long. */
+    pthread_mutex_lock(&g->checkpoint_mu);
+    tls_contiguous = newest_pending_locked(g);
+    pthread_mutex_unlock(&g->checkpoint_mu);
 }
 
-void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches)
+void gs_gate_mark_start(CUstream stream, int ptsz)
+{
+    tls_start_armed = false;
+    CUcontext ctx = NULL;
+    if (!gs_cu.cuEventCreate || !gs_cu.cuEventRecord || !gs_cu.cuEventElapsedTime || !gs_cu.cuCtxGetCurrent ||
+        gs_cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    if (tls_start && tls_start_ctx != ctx) {
+        if (gs_cu.cuEventDestroy)
+            gs_cu.cuEventDestroy(tls_start);
+        tls_start = NULL;
+    }
+    if (!tls_start && gs_cu.cuEventCreate(&tls_start, 0) != CUDA_SUCCESS) {
+        tls_start = NULL;
+        return;
+    }
+    tls_start_ctx = ctx;
+    CUresult (*record)(CUevent, CUstream) = ptsz ? gs_cu.cuEventRecord_ptsz : gs_cu.cuEventRecord;
+    tls_start_armed = record && record(tls_start, stream) == CUDA_SUCCESS;
+}
+
+void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work)
 {
     if (!gs_cu.cuEventCreate || !gs_cu.cuEventRecord || !gs_cu.cuEventQuery || !gs_cu.cuEventSynchronize ||
         !gs_cu.cuCtxGetCurrent)
@@ -748,7 +870,14 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
         wait_oldest_locked(g);
     /* Earlier work done: this launch's kernel is running or about to. */
-    g->newest_end_ns = monotonic_ns() + (uint64_t)atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) * 1000ull;
+    uint32_t work_us = 0;
+    if (work) {
+        gs_work_estimate *e = estimate_slot(g, work);
+        work_us = e->work == work ? e->gpu_us : 0;
+    }
+    if (!work_us)
+        work_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    g->newest_end_ns = monotonic_ns() + (uint64_t)work_us * 1000ull;
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {
@@ -758,9 +887,13 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     if (idx >= 0) {
         gs_checkpoint *cp = &g->checkpoints[idx];
         if (cp->event && cp->ctx != ctx) {
-            if (gs_cu.cuEventDestroy)
+            if (gs_cu.cuEventDestroy) {
                 gs_cu.cuEventDestroy(cp->event);
+                if (cp->start)
+                    gs_cu.cuEventDestroy(cp->start);
+            }
             cp->event = NULL;
+            cp->start = NULL;
         }
         if (!cp->event && gs_cu.cuEventCreate(&cp->event, 0) != CUDA_SUCCESS)
             cp->event = NULL;
@@ -772,12 +905,25 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
             if (record(cp->event, stream) == CUDA_SUCCESS) {
                 cp->state = 1;
                 cp->launches = launches;
+                cp->work = work;
+                cp->generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+                cp->first_of_slice = cp->generation != g->newest_generation;
+                g->newest_generation = cp->generation;
+                /* The launch's start event becomes the slot's; the slot's
+                 * spare (same context) becomes the thread's next one. */
+                cp->timed = work && launches == 1 && tls_start_armed && tls_start_ctx == ctx;
+                if (cp->timed) {
+                    CUevent spare = cp->start;
+                    cp->start = tls_start;
+                    tls_start = spare;
+                }
                 cp->contiguous = contiguous;
                 g->queue[(g->queue_head + g->queue_count) % GS_GATE_CHECKPOINTS] = idx;
                 g->queue_count++;
             }
         }
     }
+    tls_start_armed = false;
     pthread_mutex_unlock(&g->checkpoint_mu);
 }
 
@@ -810,6 +956,10 @@ void gs_gate_fork_child(gs_gate *g)
     g->n_contexts = 0;
     g->loss_logged = false;
     memset(g->checkpoints, 0, sizeof g->checkpoints);
+    memset(g->estimates, 0, sizeof g->estimates);
+    atomic_store(&g->longest_work_us, 0);
+    tls_start = NULL;
+    tls_start_armed = false;
     g->queue_head = g->queue_count = 0;
     g->last_done = -1;
     init_conds(g);

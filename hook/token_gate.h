@@ -24,11 +24,14 @@
  * margin of its estimated end, so the GPU never waits for a submission and
  * a closing gate leaves about one kernel queued. A long kernel that would
  * end well past the slice's quantum is not started in it: the slice is
- * renewed or ended first ("wrap-up").
+ * renewed or ended first ("wrap-up"). The length used is the launched
+ * CUfunction's / CUgraphExec's own estimate (a 64-slot table fed by
+ * launches timed alone: a start event just before, the checkpoint after),
+ * else the process's GPU time per launch.
  *
  * API for other launch routes (e.g. cuGraphLaunch): call
- * gs_gate_checkpoint_before_launch(g) then gs_gate_enter(g, ctx, &ticket)
- * before the launch, and gs_gate_checkpoint(g, stream, ptsz, launches) after
+ * gs_gate_checkpoint_before_launch(g, work) then gs_gate_enter(g, ctx, &ticket)
+ * before the launch, and gs_gate_checkpoint(g, stream, ptsz, launches, work) after
  * a successful one when ticket.checkpoint is set (hook/shim.c does this as
  * gs_launch_begin / gs_launch_end for every launch of stream S). */
 #ifndef GSLICE_TOKEN_GATE_H
@@ -74,10 +77,26 @@ enum gs_gate_state {
 typedef struct gs_checkpoint {
     CUevent event;
     CUcontext ctx;
+    CUevent start;           /* recorded just before that one launch: its own GPU time */
+    bool timed;              /* start was recorded for this checkpoint */
+    bool first_of_slice;     /* its launch may have queued behind the previous holder's tail */
+    const void *work;        /* the one launch it closes (CUfunction / CUgraphExec), else NULL */
+    uint32_t generation;     /* the slice it was recorded in (intervals never span two) */
     uint32_t launches;       /* launches this checkpoint closes */
     bool contiguous;         /* the GPU was busy throughout its interval */
     int state;               /* 0 free, 1 outstanding, 2 last completed */
 } gs_checkpoint;
+
+/* Per-function / per-graph GPU time (slow path only, under checkpoint_mu):
+ * a direct-mapped table keyed by the CUfunction or CUgraphExec, fed by
+ * checkpoints that close exactly one launch, read before a long launch so
+ * a kernel or graph that will not fit in the slice is not started in it. */
+#define GS_GATE_WORK_ESTIMATES 64
+typedef struct gs_work_estimate {
+    const void *work;
+    uint32_t gpu_us;
+    bool solid;   /* measured at least once past the first launch of a slice */
+} gs_work_estimate;
 
 typedef struct gs_gate_stats {
     uint64_t tokens_acquired;
@@ -143,6 +162,9 @@ typedef struct gs_gate {
     int queue_head, queue_count;
     int last_done;                 /* index of the last completed checkpoint, -1 none */
     uint64_t newest_end_ns;        /* long kernels: estimated end of the newest one queued */
+    uint32_t newest_generation;    /* the slice of the newest checkpoint recorded */
+    gs_work_estimate estimates[GS_GATE_WORK_ESTIMATES];
+    _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups;
@@ -175,6 +197,7 @@ typedef struct gs_launch_ticket {
     gs_gate *gate;       /* NULL: not metered (pass-through) */
     bool checkpoint;     /* record a checkpoint after the launch */
     uint32_t launches;   /* launches the checkpoint closes */
+    const void *work;    /* CUfunction / CUgraphExec launched (NULL: a copy or fill) */
 } gs_launch_ticket;
 
 void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
@@ -183,10 +206,17 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
  * context (remembered for the end-of-slice synchronise). */
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
 /* After a successful launch whose countdown ran out. */
-void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches);
-/* Before a checkpointed launch: with long kernels, pace the submission (see
- * above) and wrap the slice up when the kernel would not fit in it. */
-void gs_gate_checkpoint_before_launch(gs_gate *g);
+void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work);
+/* Before a checkpointed launch of `work` (NULL: unknown): with long kernels,
+ * pace the submission (see above) and wrap the slice up when the kernel or
+ * graph would not fit in it (its own estimate, else the process's). */
+void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work);
+/* Just before a launch of `work` whose checkpoint closes it alone: record
+ * a start event on its stream, so the checkpoint measures that launch's own
+ * GPU time (the first kernel of a slice included, whatever ran before). */
+void gs_gate_mark_start(CUstream stream, int ptsz);
+/* The estimate for `work` in us (0: none yet). */
+uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);
 
 /* Called from the rpc I/O thread (short, never call gs_rpc_*). */
 void gs_gate_on_revoke(gs_gate *g, uint64_t token_id);

@@ -36,11 +36,18 @@ before priority classes; the class orders groups within a tier.
 Debt. A waiting group whose work items are at least quantum_max long (it
 reported them) and that is ahead of the pace of a *contending* group (one that
 could use the GPU now: waiting and not at its limit, or one that released
-a busy slice less than quantum_min ago, whose next request is on the way)
+less than quantum_min ago, whose next request may be on the way: a busy
+client stalled for an idle check between two launches releases "idle")
 by more than its fair slice minus half its work item is in debt: it is
 served only when no eligible waiter is out of debt and no such contending
-group is about to ask. An overrun, a late release or a work item longer
-than a slice is so paid back before the group is served again, and a
+group is about to ask. Such a group is also in debt for a while after each
+charge of ``a`` seconds made beside contending groups: until
+``fair_pace_until = max(fair_pace_until, start) + a / f`` (f: its request
+over the sum of the contending groups' requests, its own included), a GCRA
+like the smooth cap's, so its items are spaced out (1 s items at f = 0.3:
+one every 3.3 s) instead of coming in clumps that echo every window (items
+leaving the window together make room for as many new ones at once).
+An overrun, a late release or a work item longer than a slice is so paid back before the group is served again, and a
 group with 1 s kernels beside one with 1 ms kernels keeps its share: its
 lead oscillates around zero instead of growing.
 
@@ -272,7 +279,8 @@ Decision = Union[Grant, Revoke, Expire]
 class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
-        "intervals", "charged", "waiters", "clients", "last_active", "last_busy_release", "pace_until",
+        "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
+        "fair_pace_until",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -283,8 +291,14 @@ class _Group:
         self.waiters: dict[str, int] = {}  # client id -> wait sequence, FIFO order
         self.clients: set[str] = set()
         self.last_active = -math.inf  # latest request, release or charge end
-        self.last_busy_release = -math.inf  # latest release that was not idle (more work follows)
+        # Latest release, idle or not: for quantum_min after it the group may
+        # ask again (a busy client between two launches can look idle), so a
+        # group in debt is not served in that gap.
+        self.last_release = -math.inf
         self.pace_until = -math.inf  # smooth cap: not served again before this time
+        # Debt spacing: a charge of `a` beside contending groups moves this
+        # to max(it, start) + a / (its fraction of the contending requests).
+        self.fair_pace_until = -math.inf
         self.set_spec(spec, window)
 
     def set_spec(self, spec: GroupSpec, window: float) -> None:
@@ -558,8 +572,7 @@ class Scheduler:
         self._charge(group, now, charged)
         if not (holding.leased and used == 0.0):  # a lease given back unused says nothing
             self._adapt_quantum(client, holding, charged, used, idle)
-            if not idle:
-                group.last_busy_release = now
+            group.last_release = now
         if keep_lease and idle and not holding.revoked and not group.capped and not self._waiting_groups:
             holding.leased = True
             holding.grant_time = now
@@ -630,6 +643,13 @@ class Scheduler:
             # then at most limit x interval + one slice.
             begin = end - amount
             group.pace_until = max(group.pace_until, begin) + amount / group.limit
+        # Debt spacing (see _in_debt): the same pacing at the group's fair
+        # fraction of the groups contending now.
+        requests = group.request_usage + sum(other.request_usage for other in self._groups.values()
+                                             if other is not group and self._contending(other, end))
+        if requests > group.request_usage:
+            begin = end - amount
+            group.fair_pace_until = max(group.fair_pace_until, begin) + amount * requests / group.request_usage
         intervals = group.intervals
         start = end - amount
         point = 0.0
@@ -744,9 +764,10 @@ class Scheduler:
         return group.cap - usage < threshold - _TIME_EPSILON or now < group.pace_until - _TIME_EPSILON
 
     def _contending(self, group: _Group, now: float) -> bool:
-        """Could `group` use the GPU now? Waiting and not capped out, or just
-        gave the token back with work left (its next request is on the way)."""
-        if not group.waiters and group.last_busy_release <= now - self.config.quantum_min + _TIME_EPSILON:
+        """Could `group` use the GPU now? Waiting and not capped out, or gave
+        the token back less than quantum_min ago (idle or not: a busy client
+        stalled between two launches looks idle; its request may follow)."""
+        if not group.waiters and group.last_release <= now - self.config.quantum_min + _TIME_EPSILON:
             return False
         return not self._capped_out(group, self._usage(group, now), now)
 
@@ -765,6 +786,12 @@ class Scheduler:
         fair = self._fair_slice(group, usage, now, contending_only=True)
         if fair is None:
             return False
+        # Spacing: after a work item it waits item x (1 - f) / f (f: its
+        # fraction of the contending requests), so its items are spread out;
+        # the window alone lets them come in clumps that echo every window
+        # (old items leave the window together, new ones replace them).
+        if now < group.fair_pace_until - _TIME_EPSILON:
+            return True
         return fair - 0.5 * head.work_item < -_TIME_EPSILON
 
     @staticmethod
@@ -779,8 +806,8 @@ class Scheduler:
 
         Groups at their limit are skipped. A group in debt is served only
         when every eligible waiter is in debt and no group that is not in
-        debt just released with work left (its request follows within
-        quantum_min: the GPU waits for it rather than deepen the debt)."""
+        debt released less than quantum_min ago (its request may follow:
+        the GPU waits that long for it rather than deepen the debt)."""
         best = best_free = None
         for group in self._waiting_groups:
             usage = self._usage(group, now)
@@ -795,7 +822,7 @@ class Scheduler:
             return best_free
         recent = now - self.config.quantum_min + _TIME_EPSILON
         for group in self._groups.values():
-            if group.waiters or group.last_busy_release <= recent:
+            if group.waiters or group.last_release <= recent:
                 continue
             usage = self._usage(group, now)
             if not self._capped_out(group, usage, now) and not self._in_debt(group, usage, now):
@@ -952,7 +979,7 @@ class Scheduler:
                 in_debt = True
         if in_debt:
             for group in self._groups.values():
-                moment = group.last_busy_release + self.config.quantum_min
+                moment = group.last_release + self.config.quantum_min
                 if moment > now:
                     times.append(moment)
         return times
