@@ -37,6 +37,12 @@ from pathlib import Path
 import grpc
 
 from . import paths
+
+# What a native library of ours may need at most: glibc's own libraries, present
+# in every glibc image (the zig build for old glibc links libpthread/librt/libdl,
+# which newer glibc folds into libc.so.6).
+GLIBC_OWN_LIBRARIES = frozenset({"libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libm.so.6",
+                                 "ld-linux-x86-64.so.2"})
 from .client import Client, health_status
 from .v1 import client_pb2, client_pb2_grpc
 

@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 
+from gslice.testing import GLIBC_OWN_LIBRARIES
+
 from packaging_harness import ROOT, project_version
 from elf_facts import dynamic_section, exported, glibc_versions, highest_glibc, needed, version_tuple
 
@@ -21,7 +23,7 @@ SHIM_GLIBC_MAX = "2.17"
 # The simulated GPU (demo/test driver) in the wheel has the same baseline:
 # the wheel as a whole is manylinux_2_17, see tools/toolchain.py.
 WHEEL_GLIBC_MAX = "2.17"
-GLIBC_LIBRARIES = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libm.so.6", "ld-linux-x86-64.so.2"}
+GLIBC_LIBRARIES = GLIBC_OWN_LIBRARIES
 
 
 def table_names() -> set[str]:
