@@ -135,7 +135,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gslice import __version__
+
     parser = argparse.ArgumentParser(prog="gslice-tokend", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gslice-tokend {__version__}")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -78,3 +78,4 @@ def test_cli_version(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"gslice {__version__}"
+
