@@ -12,7 +12,7 @@ import time
 
 from gslice.experiment import SharingExperiment
 
-from exp_priority import _wait_p99_ms
+from exp_priority import _wait_p99_ms, fifo_throughput_bound
 from results_io import Result
 
 BURSTS = ["bursts", "--kernel-us", "500", "--burst", "8", "--think-ms", "20"]
@@ -49,6 +49,7 @@ def latency(seconds: float = 10.0) -> Result:
     result.add("alone/p99_vs_bare", alone["latency_ms_p99"] / bare["latency_ms_p99"] * 100, "%", "<= 105")
     result.add("beside/p99_minus_bare_p99", beside["latency_ms_p99"] - bare["latency_ms_p99"], "ms", "<= 2.5")
     result.add("beside/throughput_vs_alone", beside["bursts_per_s"] / alone["bursts_per_s"] * 100, "%", ">= 97")
+    result.add("beside/throughput_bound_fifo", fifo_throughput_bound(alone, NEIGHBOUR_KERNEL_US), "%")
     if wait_beside is not None:
         result.add("beside/token_wait_p99", wait_beside, "ms", "<= 2")
     result.details = {"bare": bare, "alone": alone, "beside": beside, "token_wait_p99_ms_alone": wait_alone,

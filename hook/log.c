@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int gs_log_threshold = GS_LOG_WARN;
@@ -18,8 +19,18 @@ void gs_log_write(int level, const char *fmt, ...)
 {
     int saved_errno = errno;   /* logging must not change what the app sees */
     char line[1024];
-    int n = snprintf(line, sizeof line, "gslice[%d]: %s: ", (int)getpid(),
-                     level_names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    int n;
+    if (level >= GS_LOG_DEBUG) {
+        /* Debug lines carry CLOCK_MONOTONIC (Python's time.monotonic()), so
+         * a slice's life can be lined up with tokend's and the GPU's. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        n = snprintf(line, sizeof line, "gslice[%d]: %s %ld.%06ld: ", (int)getpid(), level_names[3],
+                     (long)ts.tv_sec, ts.tv_nsec / 1000);
+    } else {
+        n = snprintf(line, sizeof line, "gslice[%d]: %s: ", (int)getpid(),
+                     level_names[level < 0 ? 0 : level]);
+    }
     if (n < 0) {
         errno = saved_errno;
         return;

@@ -251,6 +251,7 @@ static void acquire_locked(gs_gate *g)
     pthread_mutex_unlock(&g->mu);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
+    GS_DEBUG("asking for a token");
     int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, work_item_us(g), &token_id,
                                   &quantum_us);
     pthread_mutex_lock(&g->mu);
@@ -616,14 +617,17 @@ static void *keeper_main(void *arg)
 
 void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
 {
+    GS_DEBUG("token %llu revoked by tokend", (unsigned long long)token_id);
     pthread_mutex_lock(&g->mu);
     atomic_fetch_add_explicit(&g->n_revokes, 1, memory_order_relaxed);
     if ((g->state == GS_GATE_HOLDING || g->state == GS_GATE_LEASED || g->state == GS_GATE_RELEASING) &&
         g->token_id == token_id) {
         g->revoke_pending = true;
         /* Stop submitting at once: the keeper drains and releases. */
-        if (g->state == GS_GATE_HOLDING)
+        if (g->state == GS_GATE_HOLDING) {
             atomic_store_explicit(&g->open, 0, memory_order_release);
+            atomic_store_explicit(&g->preempted_ns, monotonic_ns(), memory_order_relaxed);
+        }
         pthread_cond_signal(&g->keeper_wake);
     } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {
         g->revoked_before_grant = token_id;   /* a grant or renewal still on its way */
@@ -812,7 +816,10 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
     /* Pace: submit when the running kernel is within the feed-ahead margin
      * of its end, so the GPU stays fed and at most about one kernel is
      * queued past a closing gate. */
-    uint64_t ahead = GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
+    uint64_t preempted = atomic_load_explicit(&g->preempted_ns, memory_order_relaxed);
+    uint64_t ahead = preempted && now - preempted < GS_GATE_PREEMPTION_MEMORY_NS
+                         ? GS_GATE_PREEMPTED_FEED_AHEAD_US * 1000ull
+                         : GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
     if (queued_end > now + ahead) {
         /* Waiting for its own GPU work: busy, not idle (the keeper must not
          * end the slice as idle under a paced launch). */

@@ -64,6 +64,12 @@ struct gs_rpc;
 #define GS_GATE_FEED_AHEAD_US 300
 /* ... plus this fraction of a kernel (duration estimates are approximate). */
 #define GS_GATE_FEED_AHEAD_FRACTION 4
+/* A process preempted by a higher class in the last
+ * GS_GATE_PREEMPTION_MEMORY_NS feeds only this far ahead: a preempting
+ * waiter then finds at most the running kernel (plus, rarely, one submitted
+ * in this margin) ahead of its work, not the running one and the next. */
+#define GS_GATE_PREEMPTED_FEED_AHEAD_US 150
+#define GS_GATE_PREEMPTION_MEMORY_NS 10000000000ull
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -163,6 +169,7 @@ typedef struct gs_gate {
     int last_done;                 /* index of the last completed checkpoint, -1 none */
     uint64_t newest_end_ns;        /* long kernels: estimated end of the newest one queued */
     uint32_t newest_generation;    /* the slice of the newest checkpoint recorded */
+    _Atomic uint64_t preempted_ns; /* when a held slice was last revoked (0: never) */
     gs_work_estimate estimates[GS_GATE_WORK_ESTIMATES];
     _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gslice.v1 import client_pb2
 
-from .coordinator import Coordinator
+from .coordinator import ControlWrite, Coordinator
 
 
 class ClientService:
@@ -52,6 +52,11 @@ class ClientService:
                 item = await session.control_queue.get()
                 if coordinator.is_end_of_stream(item):
                     return
-                yield item
+                if isinstance(item, ControlWrite):
+                    yield item.event
+                    for after_write in item.after_write:  # resumed: the event was written
+                        after_write()
+                else:
+                    yield item
         finally:
             coordinator.detach(client_id, "Control stream ended")

@@ -55,6 +55,19 @@ def new_group_secret() -> str:
     return secrets.token_hex(24)
 
 
+# A grant that follows a preemption's Revoke waits until the Revoke has been
+# written on the preempted client's Control stream (so the holder hears of it
+# no later than the waiter starts launching), but never longer than this.
+GRANT_AFTER_REVOKE_MAX_WAIT = 0.002
+
+
+@dataclass
+class ControlWrite:
+    """A Control event with what to run once it has been written to the stream."""
+    event: client_pb2.ControlEvent
+    after_write: list = field(default_factory=list)
+
+
 @dataclass
 class ClientSession:
     client_id: str      # the bearer credential: only ever sent back to its own client
@@ -144,11 +157,15 @@ class Coordinator:
 
     def _apply(self, decisions) -> None:
         """The one place scheduler decisions take effect."""
+        revoke_write = None
         for decision in decisions:
             if isinstance(decision, Grant):
-                self._on_grant(decision)
+                if revoke_write is not None and not decision.renewed:
+                    self._grant_after_write(decision, revoke_write)
+                else:
+                    self._on_grant(decision)
             elif isinstance(decision, Revoke):
-                self._on_revoke(decision)
+                revoke_write = self._on_revoke(decision)
             elif isinstance(decision, Expire):
                 self._on_expire(decision)
             else:
@@ -174,15 +191,32 @@ class Coordinator:
         self.metrics.tokens_granted.labels(session.group).inc()
         self.metrics.token_wait.labels(session.group).observe(max(0.0, time.monotonic() - session.requested_at))
 
-    def _on_revoke(self, revoke: Revoke) -> None:
+    def _grant_after_write(self, grant: Grant, revoke_write: ControlWrite) -> None:
+        """A preemption hands the token over at once: deliver the grant when
+        the preempted holder's Revoke is on its way (or after a short
+        bound), so the two tenants' launches overlap as little as possible."""
+        def deliver() -> None:
+            if not delivered:
+                delivered.append(True)
+                self._on_grant(grant)
+        delivered: list[bool] = []
+        revoke_write.after_write.append(deliver)
+        if self._loop is not None:
+            self._loop.call_later(GRANT_AFTER_REVOKE_MAX_WAIT, deliver)
+        else:
+            deliver()
+
+    def _on_revoke(self, revoke: Revoke) -> ControlWrite | None:
         session = self.sessions.get(revoke.client_id)
         if session is None:
-            return
-        session.control_queue.put_nowait(client_pb2.ControlEvent(
+            return None
+        write = ControlWrite(client_pb2.ControlEvent(
             revoke=client_pb2.Revoke(token_id=revoke.token_id, reason=revoke.reason)))
+        session.control_queue.put_nowait(write)
         self.metrics.preemptions.labels(session.group).inc()
         self.events.publish("preempted", session.group, session.public_id,
                             f"token {revoke.token_id} revoked: {revoke.reason}")
+        return write
 
     def _on_expire(self, expire: Expire) -> None:
         session = self.sessions.get(expire.client_id)
@@ -191,9 +225,14 @@ class Coordinator:
         session.control_queue.put_nowait(client_pb2.ControlEvent(
             revoke=client_pb2.Revoke(token_id=expire.token_id, reason="expired")))
         self.metrics.expiries.labels(session.group).inc()
-        self.events.publish("token_expired", session.group, session.public_id,
-                            f"token {expire.token_id} not released within quantum + grace; "
-                            f"charged {expire.charged * 1e3:.1f} ms")
+        if expire.after_revoke:
+            detail = (f"token {expire.token_id} still not released {self.scheduler.config.grace * 1e3:.0f} ms "
+                      f"after it was revoked at a preemption (the client may go on submitting); "
+                      f"charged {expire.charged * 1e3:.1f} ms more")
+        else:
+            detail = (f"token {expire.token_id} not released within quantum + grace; "
+                      f"charged {expire.charged * 1e3:.1f} ms")
+        self.events.publish("token_expired", session.group, session.public_id, detail)
 
     def _arm_timer(self) -> None:
         if self._loop is None:

@@ -85,8 +85,10 @@ has filled), and the "ahead" term pays back overruns. Quanta are otherwise
 not shortened when others wait: preemption by class is the latency tool.
 
 Renew. At the end of its quantum a holder with more work asks ``renew``:
-if no one else would be served now (and its group is not capped), the slice
-is charged and a new token granted to it at once (``Grant(renewed=True)``);
+if no one else would be served now, or every waiter is outranked by it (a
+strictly higher class, in a tier no worse: the waiters it would preempt),
+and its group is not capped, the slice is charged and a new token granted to
+it at once (``Grant(renewed=True)``);
 the client never stops its stream of work, so a lone tenant pays no
 time-slicing tax. Otherwise nothing changes and it releases as usual.
 
@@ -101,8 +103,15 @@ released within ``grace`` (else it expires, charged from the Revoke on).
 Preemption. A waiting client preempts the holder when it would be served
 before the holder's group under the key above (so its tier is no worse than
 the holder group's tier now) and its priority class is strictly higher.
-Then ``Revoke`` is emitted once per token; the holder keeps the token until
-it releases or its token expires. Equal classes never preempt.
+Equal classes never preempt. With ``preempt_handover`` (the default) the
+token is handed over at once: the holder is charged up to now, ``Revoke`` and
+the waiter's ``Grant`` come out of the same step, and the holder's release,
+when it comes, is accepted and charges what it measured beyond (its last
+kernel drains ahead of the new holder's work on the GPU: the waiter gets the
+GPU after that kernel and one round trip, not two). A handed-over token not
+released within ``grace`` of the Revoke is charged ``grace`` more and reported
+(``Expire(after_revoke=True)``). Without it, ``Revoke`` is emitted once per
+token and the holder keeps the token until it releases or its token expires.
 
 Expiry. A token not released within ``quantum + grace`` of its grant is
 taken back by the first event or ``advance`` at or after that deadline:
@@ -218,6 +227,11 @@ class SchedulerConfig:
     # two slices (plus one work item's overrun). 0 turns smoothing off: the
     # limit then holds over the sliding window only (bursts, then stalls).
     cap_period: float = 0.050
+    # Preemption hands the token over at once (Revoke + Grant together)
+    # instead of waiting for the preempted holder's release: the waiter's
+    # grant saves a round trip through the holder. False: revoke, then grant
+    # at the release.
+    preempt_handover: bool = True
 
     def validate(self) -> None:
         for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period"):
@@ -266,11 +280,15 @@ class Revoke:
 
 @dataclass(frozen=True, slots=True)
 class Expire:
-    """token_id was taken back (quantum + grace passed); `charged` seconds were charged."""
+    """token_id was taken back (quantum + grace passed); `charged` seconds were
+    charged. `after_revoke`: it was handed over at a preemption and not
+    released within grace of the Revoke (the client may still be submitting:
+    tokend reports it)."""
 
     client_id: str
     token_id: int
     charged: float
+    after_revoke: bool = False
 
 
 Decision = Union[Grant, Revoke, Expire]
@@ -353,7 +371,10 @@ class Scheduler:
         self._holding: _Holding | None = None
         # client id -> (token id, seconds charged) of its token taken back at
         # expiry, so the late release that follows is charged the rest.
-        self._expired: dict[str, tuple[int, float]] = {}
+        # Tokens taken back before their holder released them, by client:
+        # (token_id, charged so far, release due by). Expired ones are due by
+        # inf; ones handed over at a preemption, by the Revoke + grace.
+        self._expired: dict[str, tuple[int, float, float]] = {}
         self._next_token = 1
         self._wait_sequence = 0
         self._now = -math.inf
@@ -596,7 +617,10 @@ class Scheduler:
         if work_item is not None:
             client.work_item = work_item
         group = client.group
-        if holding.revoked or now >= holding.deadline or group.capped or self._candidate(now) is not None:
+        if holding.revoked or now >= holding.deadline or group.capped:
+            return self._step(now, [])
+        best = self._candidate(now)
+        if best is not None and not self._outranks(group, self._holder_key_tier(now, holding), best[0], best[2][0]):
             return self._step(now, [])
         charged = self._slice_charge(holding, used, now)
         self._charge(group, now, charged)
@@ -844,7 +868,17 @@ class Scheduler:
         return out
 
     def _expire_due(self, now: float, out: list[Decision]) -> _Holding | None:
-        """Take the token back if its deadline passed; returns the holding left."""
+        """Take the token back if its deadline passed; returns the holding left.
+        A token handed over at a preemption and still not released within
+        grace is charged grace more and reported (an Expire after_revoke)."""
+        for client_id, (token_id, charged, due) in self._expired.items():
+            if now >= due:
+                grace = self.config.grace
+                self._expired[client_id] = (token_id, charged + grace, math.inf)
+                group = self._clients[client_id].group
+                self._charge(group, due, grace)
+                self.expiries[group.name] += 1
+                out.append(Expire(client_id, token_id, grace, after_revoke=True))
         holding = self._holding
         if holding is not None and now >= holding.deadline:
             # A lease taken back is charged from the Revoke on (the client may
@@ -854,7 +888,7 @@ class Scheduler:
             group = holding.client.group
             self._charge(group, holding.deadline, charged)
             self._holding = None
-            self._expired[holding.client.client_id] = (holding.token_id, charged)
+            self._expired[holding.client.client_id] = (holding.token_id, charged, math.inf)
             self.expiries[group.name] += 1
             out.append(Expire(holding.client.client_id, holding.token_id, charged))
             holding = None
@@ -923,19 +957,46 @@ class Scheduler:
         group = holding.client.group
         return 0 if self._usage(group, now) < group.request_usage else 1
 
+    @staticmethod
+    def _outranks(group: _Group, tier: int, other: _Group, other_tier: int) -> bool:
+        """Does `group` (in `tier`) come before `other` whatever their pace:
+        a strictly higher class, in a tier no worse. A waiter that outranks
+        the holder preempts it; a holder that outranks every waiter is
+        renewed (it would be served first anyway, so its burst is not cut in
+        two by a handoff and a new request)."""
+        return group.priority > other.priority and tier <= other_tier
+
     def _maybe_revoke(self, now: float, holding: _Holding, out: list[Decision]) -> None:
         best = self._candidate(now)
         if best is None:
             return
         group, _, key = best
         holder_group = holding.client.group
-        if group.priority <= holder_group.priority or key[0] > self._holder_key_tier(now, holding):
+        if not self._outranks(group, key[0], holder_group, self._holder_key_tier(now, holding)):
             return
         self.preemptions[holder_group.name] += 1
         # The reason reaches the preempted tenant: it names the group, never
         # the waiting client's id (a bearer credential).
-        self._revoke(now, holding, out, f"preempted by a waiting client of group {group.name!r} "
-                     f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})")
+        reason = (f"preempted by a waiting client of group {group.name!r} "
+                  f"({Priority(group.priority).name} > {Priority(holder_group.priority).name})")
+        if self.config.preempt_handover:
+            self._hand_over(now, holding, out, reason)
+        else:
+            self._revoke(now, holding, out, reason)
+
+    def _hand_over(self, now: float, holding: _Holding, out: list[Decision], reason: str) -> None:
+        """Preempt without waiting for the holder: charge it up to now, take
+        the token back (its release is still accepted and charges what it
+        measured beyond, like a late release after an expiry), Revoke it and
+        grant the waiter in the same step."""
+        client = holding.client
+        charged = now - holding.grant_time
+        self._charge(client.group, now, charged)
+        client.group.last_release = now
+        self._holding = None
+        self._expired[client.client_id] = (holding.token_id, charged, now + self.config.grace)
+        out.append(Revoke(client.client_id, holding.token_id, reason))
+        self._grant(now, out)
 
     def _revoke(self, now: float, holding: _Holding, out: list[Decision], reason: str) -> None:
         holding.revoked = True
@@ -953,6 +1014,7 @@ class Scheduler:
         times: list[float] = []
         if holding is not None and holding.deadline < math.inf:
             times.append(holding.deadline)
+        times.extend(due for _, _, due in self._expired.values() if due < math.inf)
         if self._waiting_groups:
             if holding is None or (holding.leased and not holding.revoked):
                 # Token free (or leased) yet nobody served: every waiting group

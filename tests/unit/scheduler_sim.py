@@ -82,8 +82,10 @@ def simulate(scheduler: Scheduler, behaviours: dict[str, ClientBehaviour], until
                     push(now + behaviour.revoke_delay, "release", client_id, decision.token_id)
             elif isinstance(decision, Expire):
                 owner, granted, _ = grants.pop(decision.token_id)
-                result.held.setdefault(behaviours[owner].group, []).append(
-                    (granted, granted + decision.charged))
+                # A token handed over at a preemption and never released was
+                # held (as far as anyone knows) until now.
+                held_until = now if decision.after_revoke else granted + decision.charged
+                result.held.setdefault(behaviours[owner].group, []).append((granted, held_until))
                 if behaviour.busy:
                     push(now, "request", client_id)
                 else:
@@ -109,8 +111,8 @@ def simulate(scheduler: Scheduler, behaviours: dict[str, ClientBehaviour], until
             requested_at[client_id] = now
             handle(scheduler.request(client_id, now), now)
         elif kind == "release":
-            if scheduler.holder() != (client_id, token):
-                continue  # released earlier (revoke) or expired
+            if token not in grants:
+                continue  # released earlier (revoke) or expired (a handed-over token is still released)
             _, granted, quantum = grants.pop(token)
             used = now - granted
             idle = used < quantum and behaviour.burst is not None

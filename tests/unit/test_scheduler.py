@@ -487,8 +487,12 @@ def test_slices_are_proportional_to_requests_while_groups_alternate(two_groups):
 
 # -------------------------------------------------------------- preemption
 
+REVOKE_THEN_GRANT = SchedulerConfig(window=10.0, quantum_min=0.005, quantum_max=0.100, grace=0.200,
+                                    preempt_handover=False)
+
+
 def test_higher_class_preempts_lower_once_per_token():
-    s = Scheduler(CONFIG)
+    s = Scheduler(REVOKE_THEN_GRANT)
     s.add_group(spec("lo", 0.5, priority=Priority.LOW), 0.0)
     s.add_group(spec("hi", 0.3, priority=Priority.HIGH), 0.0)
     s.attach("l1", "lo", 0.0)
@@ -507,6 +511,50 @@ def test_higher_class_preempts_lower_once_per_token():
     assert s.client_quantum("l1") == pytest.approx(0.1)  # preempted release: unchanged
 
 
+def _preemption_setup():
+    s = Scheduler(CONFIG)
+    s.add_group(spec("lo", 0.5, priority=Priority.LOW), 0.0)
+    s.add_group(spec("hi", 0.3, priority=Priority.HIGH), 0.0)
+    s.attach("l1", "lo", 0.0)
+    s.attach("h1", "hi", 0.0)
+    s.request("l1", 0.0)
+    return s
+
+
+def test_preemption_hands_the_token_over_at_once():
+    s = _preemption_setup()
+    revoke, grant = s.request("h1", 0.01)
+    assert isinstance(revoke, Revoke) and (revoke.client_id, revoke.token_id) == ("l1", 1)
+    assert "'hi'" in revoke.reason and "HIGH > LOW" in revoke.reason
+    assert isinstance(grant, Grant) and grant.client_id == "h1" and not grant.renewed
+    assert s.holder() == ("h1", grant.token_id)
+    assert s.preemptions == {"lo": 1, "hi": 0}
+    assert s.usage("lo", 0.01) == pytest.approx(0.01)  # charged up to the handover
+    # Its release comes later and charges what it measured beyond (its last
+    # kernel drained after the handover); it decides nothing.
+    assert s.release("l1", 1, 0.014, 0.011) == []
+    assert s.usage("lo", 0.02) == pytest.approx(0.014)
+    assert s.holder() == ("h1", grant.token_id)
+    assert s.client_quantum("l1") == pytest.approx(0.1)  # preempted: unchanged
+    with pytest.raises(FailedPrecondition):
+        s.release("l1", 1, 0.014, 0.012)  # accepted once
+
+
+def test_handed_over_token_not_released_within_grace_is_charged_and_reported():
+    s = _preemption_setup()
+    _revoke, grant = s.request("h1", 0.01)
+    s.release("h1", grant.token_id, 0.005, 0.015)
+    wakeup = s.next_wakeup()
+    assert wakeup == pytest.approx(0.21)  # the Revoke + grace
+    [expire] = s.advance(wakeup)
+    assert expire == Expire("l1", 1, pytest.approx(0.2), after_revoke=True)
+    assert s.usage("lo", 0.21) == pytest.approx(0.21)
+    assert s.expiries["lo"] == 1
+    assert s.advance(0.5) == []  # reported once
+    assert s.release("l1", 1, 0.3, 0.6) == []  # a late release still charges the rest
+    assert s.usage("lo", 0.6) == pytest.approx(0.3)
+
+
 def test_equal_classes_never_preempt(two_groups):
     s = two_groups
     s.request("a1", 0.0)
@@ -523,8 +571,9 @@ def test_priority_raise_by_update_preempts():
     s.attach("y1", "y", 0.0)
     s.request("x1", 0.0)
     s.request("y1", 0.0)
-    [revoke] = s.update_group(spec("y", 0.5, priority=Priority.HIGH), 0.01)
+    revoke, grant = s.update_group(spec("y", 0.5, priority=Priority.HIGH), 0.01)
     assert revoke == Revoke("x1", 1, revoke.reason)
+    assert grant.client_id == "y1"
 
 
 def test_higher_class_above_request_does_not_preempt_holder_within_its_guarantee():
@@ -563,6 +612,55 @@ def test_higher_class_preempts_when_holders_group_rises_past_its_request():
         decisions = s.advance(now)
     assert isinstance(decisions[0], Revoke) and decisions[0].client_id == "l1"
     assert now == pytest.approx(0.25, abs=0.005)
+
+
+# ------------------------------------------------------------------- renew
+
+def _holder_and_waiter(holder_priority, waiter_priority, holder_request=0.3, waiter_request=0.35):
+    s = Scheduler(CONFIG)
+    s.add_group(spec("h", holder_request, priority=holder_priority), 0.0)
+    s.add_group(spec("w", waiter_request, priority=waiter_priority), 0.0)
+    s.attach("h1", "h", 0.0)
+    s.attach("w1", "w", 0.0)
+    return s
+
+
+def test_renew_when_nobody_waits():
+    s = _holder_and_waiter(Priority.NORMAL, Priority.NORMAL)
+    [grant] = s.request("h1", 0.0)
+    [renewed] = s.renew("h1", grant.token_id, 0.09, 0.09)
+    assert renewed.renewed and renewed.client_id == "h1" and renewed.token_id == grant.token_id + 1
+
+
+def test_no_renew_while_an_equal_class_waits():
+    s = _holder_and_waiter(Priority.NORMAL, Priority.NORMAL)
+    [grant] = s.request("h1", 0.0)
+    s.request("w1", 0.01)
+    assert s.renew("h1", grant.token_id, 0.09, 0.09) == []
+    assert s.holder() == ("h1", grant.token_id)
+
+
+def test_renew_while_only_outranked_clients_wait():
+    # A high-priority holder below its request would be served before (and
+    # would preempt) the low waiter: its burst goes on instead of being cut
+    # into two slices around a handoff.
+    s = _holder_and_waiter(Priority.HIGH, Priority.LOW)
+    [grant] = s.request("h1", 0.0)
+    s.request("w1", 0.001)
+    [renewed] = s.renew("h1", grant.token_id, 0.004, 0.004)
+    assert renewed.renewed and renewed.client_id == "h1"
+    assert s.waiting() == ["w1"] and s.preemptions == {"h": 0, "w": 0}
+
+
+def test_no_renew_for_a_higher_class_past_its_request_beside_a_guaranteed_waiter():
+    # Guarantees come before classes: hi above its request (tier 1) is not
+    # renewed over a lower class below its own (tier 0).
+    s = _holder_and_waiter(Priority.HIGH, Priority.LOW, holder_request=0.1, waiter_request=0.5)
+    [grant] = s.request("h1", 0.0)
+    s.release("h1", grant.token_id, 0.0, 2.0)  # hi at 20% of the 10 s window > its 10%
+    [grant] = s.request("h1", 2.0)
+    s.request("w1", 2.001)
+    assert s.renew("h1", grant.token_id, 0.004, 2.004) == []
 
 
 # ------------------------------------------------------------------ expiry
