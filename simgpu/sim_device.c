@@ -420,6 +420,23 @@ static void timeline_add(struct sim_device_shared *dev, uint64_t start, uint64_t
     }
 }
 
+/* Called with the engine held, as work of `pid` starts at `start`: if the
+ * engine last ran another process's work, record the handoff. `recovered`:
+ * the previous holder died mid-work, so when it stopped is unknown and no
+ * handoff is recorded. Readers in other processes load the count with
+ * acquire and use only records below it. */
+static void note_engine_start(struct sim_device_shared *dev, int32_t pid, uint64_t start, bool recovered) {
+    int32_t last = recovered ? 0 : dev->engine_last_pid;
+    if (last == 0 || last == pid) return;
+    uint64_t n = dev->handoff_count;
+    struct sim_handoff *record = &dev->handoffs[n % SIM_HANDOFF_RING];
+    __atomic_store_n(&record->from_pid, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&record->to_pid, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&record->from_end_ns, dev->engine_last_end_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&record->to_start_ns, start, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->handoff_count, n + 1, __ATOMIC_RELEASE);
+}
+
 static void sleep_until(uint64_t deadline_ns) {
     struct timespec ts = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
@@ -450,6 +467,7 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
     if (__atomic_load_n(&dev->engine_courtesy_waiters, __ATOMIC_SEQ_CST) > 0) futex_wake_shared(acquisitions_word(dev));
 
     uint64_t start = sim_now_ns();
+    note_engine_start(dev, slot->pid, start, recovered);
     __atomic_store_n(&dev->engine_holder_pid, slot->pid, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->engine_busy_since_ns, start, __ATOMIC_RELEASE);
     uint64_t unset = 0;
@@ -465,6 +483,8 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
     __atomic_fetch_add(&dev->busy_ns, busy, __ATOMIC_RELAXED);
     if (kernel) __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
     timeline_add(dev, start, end);
+    __atomic_store_n(&dev->engine_last_end_ns, end, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->engine_last_pid, slot->pid, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->engine_busy_since_ns, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&dev->engine_holder_pid, 0, __ATOMIC_RELAXED);
     unlock_shared(&dev->engine);

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SIM_SHM_MAGIC 0x4753494d47505531ull /* "GSIMGPU1" */
-#define SIM_LAYOUT_VERSION 1u
+#define SIM_LAYOUT_VERSION 2u
 #define SIM_MAX_PROCESSES 256
 #define SIM_LABEL_BYTES 64
 #define SIM_NAME_BYTES 96
@@ -29,6 +29,9 @@
  * plus slack for a reader that is late. */
 #define SIM_TIMELINE_BUCKETS 32
 #define SIM_TIMELINE_BUCKET_NS 100000000ull
+/* Handoffs kept: the last 4096 (at ~1 per ms of alternating 1 ms kernels,
+ * about 4 s of history; a reader that wants more reads more often). */
+#define SIM_HANDOFF_RING 4096
 
 enum sim_slot_state {
     SIM_SLOT_FREE = 0,   /* never used, or recycled */
@@ -69,6 +72,16 @@ struct sim_timeline_bucket {
     uint64_t busy_ns; /* engine-busy time inside that epoch */
 };
 
+/* The engine went from a kernel (or device-side copy/fill) of process
+ * from_pid to one of a different process to_pid. to_start_ns - from_end_ns
+ * is the time the GPU sat idle between the two holders' work. */
+struct sim_handoff {
+    int32_t from_pid;
+    int32_t to_pid;
+    uint64_t from_end_ns;  /* CLOCK_MONOTONIC: from_pid released the engine */
+    uint64_t to_start_ns;  /* CLOCK_MONOTONIC: to_pid's work started */
+};
+
 struct sim_device_shared {
     uint64_t magic;
     uint32_t layout_version;
@@ -94,6 +107,14 @@ struct sim_device_shared {
     sim_shared_mutex engine;    /* held while a kernel runs: the GPU executes one at a time */
     sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */
     struct sim_process_slot slots[SIM_MAX_PROCESSES];
+    /* Layout version 2: engine handoffs between processes, appended so the
+     * fields above keep their offsets. Written under the engine mutex. */
+    int32_t engine_last_pid;    /* pid whose work last held the engine; 0 before any, or after a holder died in it */
+    uint32_t reserved_v2;
+    uint64_t engine_last_end_ns;/* CLOCK_MONOTONIC: when that work ended */
+    uint64_t handoff_count;     /* handoffs ever; record n is handoffs[n % SIM_HANDOFF_RING], stored before
+                                 * the count passes n (release), so records below the count are complete */
+    struct sim_handoff handoffs[SIM_HANDOFF_RING];
 };
 
 /* Offsets the Python mirror relies on; a change here must change it too. */
@@ -101,6 +122,10 @@ _Static_assert(sizeof(struct sim_process_slot) == 192, "slot layout changed");
 _Static_assert(offsetof(struct sim_device_shared, timeline) == 360, "header layout changed");
 _Static_assert(offsetof(struct sim_device_shared, engine) == 872, "header layout changed");
 _Static_assert(offsetof(struct sim_device_shared, slots) == 1000, "header layout changed");
-_Static_assert(sizeof(struct sim_device_shared) == 50152, "layout changed");
+_Static_assert(sizeof(struct sim_handoff) == 24, "handoff record layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine_last_pid) == 50152, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoff_count) == 50168, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoffs) == 50176, "handoff fields moved");
+_Static_assert(sizeof(struct sim_device_shared) == 148480, "layout changed");
 
 #endif

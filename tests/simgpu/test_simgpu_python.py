@@ -74,7 +74,9 @@ def test_python_layout_mirror_matches_the_c_header(programs):
     assert int(c_side["version"]) == simgpu.LAYOUT_VERSION
     assert int(c_side["sizeof.sim_device_shared"]) == ctypes.sizeof(simgpu._Device)
     assert int(c_side["sizeof.sim_process_slot"]) == ctypes.sizeof(simgpu._Slot)
-    structs = {"sim_device_shared": simgpu._Device, "sim_process_slot": simgpu._Slot}
+    assert int(c_side["sizeof.sim_handoff"]) == ctypes.sizeof(simgpu._Handoff)
+    structs = {"sim_device_shared": simgpu._Device, "sim_process_slot": simgpu._Slot,
+               "sim_handoff": simgpu._Handoff}
     for key, offset in c_side.items():
         struct, _, field = key.partition(".")
         if struct in structs:

@@ -11,6 +11,7 @@ simgpu/sim_shared.h and mirrored here.
     subprocess.run([...], env=environ)
     gpu = simgpu.SimGpu("test-123")
     gpu.busy_ns_by_label()   # {"team-a": 812345678}
+    gpu.handoffs()           # [Handoff(from_pid=..., to_pid=..., gap_ns=..., at_ns=..., number=0), ...]
     gpu.unlink()
 """
 from __future__ import annotations
@@ -19,14 +20,17 @@ import ctypes
 import mmap
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["DEFAULT_NAME", "LAYOUT_VERSION", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env", "lib_dir", "shm_path", "unlink"]
+__all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "Handoff", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env",
+           "lib_dir", "shm_path", "unlink"]
 
 DEFAULT_NAME = "default"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
+HANDOFF_RING = 4096  # handoff records the segment keeps (SIM_HANDOFF_RING)
 _MAGIC = 0x4753494D47505531
 _MAX_PROCESSES = 256
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
@@ -124,6 +128,11 @@ class _Bucket(ctypes.Structure):
     _fields_ = [("epoch", ctypes.c_uint64), ("busy_ns", ctypes.c_uint64)]
 
 
+class _Handoff(ctypes.Structure):
+    _fields_ = [("from_pid", ctypes.c_int32), ("to_pid", ctypes.c_int32),
+                ("from_end_ns", ctypes.c_uint64), ("to_start_ns", ctypes.c_uint64)]
+
+
 class _Device(ctypes.Structure):
     _fields_ = [
         ("magic", ctypes.c_uint64),
@@ -150,13 +159,24 @@ class _Device(ctypes.Structure):
         ("engine", ctypes.c_ubyte * 64),
         ("registry", ctypes.c_ubyte * 64),
         ("slots", _Slot * _MAX_PROCESSES),
+        # layout version 2
+        ("engine_last_pid", ctypes.c_int32),
+        ("reserved_v2", ctypes.c_uint32),
+        ("engine_last_end_ns", ctypes.c_uint64),
+        ("handoff_count", ctypes.c_uint64),
+        ("handoffs", _Handoff * HANDOFF_RING),
     ]
 
 
 # The C side asserts the same numbers (sim_shared.h _Static_asserts).
 assert ctypes.sizeof(_Slot) == 192
 assert _Device.timeline.offset == 360 and _Device.engine.offset == 872 and _Device.slots.offset == 1000
-assert ctypes.sizeof(_Device) == 50152
+assert ctypes.sizeof(_Handoff) == 24
+assert _Device.engine_last_pid.offset == 50152 and _Device.handoff_count.offset == 50168
+assert _Device.handoffs.offset == 50176
+assert ctypes.sizeof(_Device) == 148480
+_COUNT = struct.Struct("<Q")
+_RING_BYTES = ctypes.sizeof(_Handoff) * HANDOFF_RING
 
 
 @dataclass(frozen=True)
@@ -174,6 +194,17 @@ class SimProcess:
     last_activity_ns: int
     attached_ns: int
     exited_ns: int
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The engine went from work of process from_pid to work of another
+    process to_pid (kernels and device-side copies/fills alike)."""
+    from_pid: int
+    to_pid: int
+    gap_ns: int   # GPU idle between the two: to_pid's start minus from_pid's end
+    at_ns: int    # CLOCK_MONOTONIC (time.monotonic_ns()) when to_pid's work started
+    number: int   # its place in the device's count of handoffs (0 = the first ever)
 
 
 def _pid_exists(pid: int) -> bool:
@@ -212,7 +243,7 @@ class SimGpu:
                                f"{LAYOUT_VERSION}; remove it or rebuild")
 
     def _snapshot(self) -> _Device:
-        """A copy of the whole segment (50 KB): one consistent-enough read
+        """A copy of the whole segment (145 KB): one consistent-enough read
         without handing ctypes a pointer into a read-only mapping."""
         if self._map is None:
             raise ValueError(f"simulated GPU view {self.name!r} is closed")
@@ -244,6 +275,40 @@ class SimGpu:
 
     def engine_holder_pid(self) -> int:
         return self._snapshot().engine_holder_pid
+
+    # -- handoffs -----------------------------------------------------------
+    def handoff_count(self) -> int:
+        """Handoffs between processes since the device was created (never
+        decreases; read on its own, without copying the segment)."""
+        if self._map is None:
+            raise ValueError(f"simulated GPU view {self.name!r} is closed")
+        return _COUNT.unpack_from(self._map, _Device.handoff_count.offset)[0]
+
+    def handoffs(self, since_count: int = 0) -> list[Handoff]:
+        """Handoffs numbered since_count and later, oldest first.
+
+        The device keeps only the last HANDOFF_RING (4096) records; older
+        ones are overwritten, and the oldest kept one may be being
+        overwritten as this reads, so at most HANDOFF_RING - 1 come back:
+        the list starts later than since_count when more happened since
+        (compare its first `number`, or handoff_count(), with since_count).
+        Records written while this reads are left out; they come with the
+        next call."""
+        if since_count < 0:
+            raise ValueError(f"since_count {since_count} must be a handoff count >= 0")
+        before = self.handoff_count()
+        ring = (_Handoff * HANDOFF_RING).from_buffer_copy(self._map, _Device.handoffs.offset)
+        after = self.handoff_count()
+        # Record n sits in ring[n % HANDOFF_RING]. Those below `before` were
+        # complete when the copy began; a writer busy during the copy may
+        # have been overwriting the records up to after - HANDOFF_RING.
+        first = max(since_count, after - HANDOFF_RING + 1, 0)
+        result = []
+        for number in range(first, before):
+            r = ring[number % HANDOFF_RING]
+            result.append(Handoff(from_pid=r.from_pid, to_pid=r.to_pid, gap_ns=r.to_start_ns - r.from_end_ns,
+                                  at_ns=r.to_start_ns, number=number))
+        return result
 
     # -- processes ----------------------------------------------------------
     def processes(self, include_exited: bool = True) -> list[SimProcess]:

@@ -540,6 +540,16 @@ static int hold(size_t bytes, uint64_t ns) {
     return 0;
 }
 
+/* Device-side fills only, no kernel: engine work all the same. */
+static int fills(size_t bytes, int count) {
+    CUdeviceptr p;
+    CHECK(cuMemAlloc_v2(&p, bytes));
+    for (int i = 0; i < count; i++) CHECK(cuMemsetD8_v2(p, (unsigned char)i, bytes));
+    CHECK(cuMemFree_v2(p));
+    printf("fills=%d\n", count);
+    return 0;
+}
+
 /* Allocate and wait until stdin closes (memory visible to other processes). */
 static int keep(size_t bytes) {
     CUdeviceptr p;
@@ -592,7 +602,7 @@ static int threads(int count) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s memory|oom BYTES|events NS COUNT|order|ctxsync|graph N NS|spin NS COUNT|"
-                        "hold BYTES NS|keep BYTES|uninit\n", argv[0]);
+                        "hold BYTES NS|keep BYTES|fills BYTES COUNT|uninit\n", argv[0]);
         return 2;
     }
     const char *what = argv[1];
@@ -621,6 +631,7 @@ int main(int argc, char **argv) {
     if (strcmp(what, "spin") == 0 && argc == 4) return spin(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     if (strcmp(what, "hold") == 0 && argc == 4) return hold(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
     if (strcmp(what, "threads") == 0 && argc == 3) return threads(atoi(argv[2]) > 64 ? 64 : atoi(argv[2]));
+    if (strcmp(what, "fills") == 0 && argc == 4) return fills(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     if (strcmp(what, "keep") == 0 && argc == 3) return keep(strtoull(argv[2], NULL, 10));
     fprintf(stderr, "unknown scenario %s\n", what);
     return 2;

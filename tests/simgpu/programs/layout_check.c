@@ -21,6 +21,13 @@ int main(void) {
     FIELD(sim_device_shared, engine);
     FIELD(sim_device_shared, registry);
     FIELD(sim_device_shared, slots);
+    FIELD(sim_device_shared, engine_last_pid);
+    FIELD(sim_device_shared, engine_last_end_ns);
+    FIELD(sim_device_shared, handoff_count);
+    FIELD(sim_device_shared, handoffs);
+    printf("sizeof.sim_handoff %zu\n", sizeof(struct sim_handoff));
+    FIELD(sim_handoff, from_end_ns);
+    FIELD(sim_handoff, to_start_ns);
     FIELD(sim_process_slot, label);
     FIELD(sim_process_slot, busy_ns);
     FIELD(sim_process_slot, memory_used);
