@@ -8,8 +8,11 @@ and the real tokend.
   1 s window, and the longest gap without any of its GPU work (sampled
   every 10 ms), with a per-second timeline plot.
 - busy: GPU busy with two groups of four processes, and with four groups
-  10/20/30/40 of one process with 4 streams each; the handoff gap estimate
-  (GPU idle time / tokens handed between groups).
+  10/20/30/40 of one process with 4 streams each, and 30/70 with 1 ms
+  kernels (the demo's setting); in each, the handoff gap (GPU idle between
+  two processes' work, p50 and p99, from the simulator's handoff records)
+  and handoffs per second; and the older estimate GPU idle time / tokens
+  granted.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 
 from gslice.experiment import SharingExperiment, busy_fraction_between, shares_between
 
+from handoff_gaps import HandoffWatch, add_metrics as add_handoff_metrics
 from results_io import Result
 
 
@@ -31,15 +35,18 @@ def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float
                 exp.spawn_workload(name, ["spin", *args, "--seconds", str(warmup + seconds + 5)])
         time.sleep(warmup)
         granted_before = {g.group.name: g.tokens_granted for g in exp.admin.status().groups}
+        handoffs = HandoffWatch(exp.sim_name)
         samples = [exp.sample()]
         end = samples[0].at + seconds
         while time.monotonic() < end:
             time.sleep(max(0.0, min(sample_every, end - time.monotonic())))
             samples.append(exp.sample())
+        handoff_figures = handoffs.stop()
         granted = {g.group.name: g.tokens_granted - granted_before.get(g.group.name, 0)
                    for g in exp.admin.status().groups}
     return {"samples": samples, "shares": shares_between(samples[0], samples[-1]),
-            "busy_fraction": busy_fraction_between(samples[0], samples[-1]), "tokens_granted": granted}
+            "busy_fraction": busy_fraction_between(samples[0], samples[-1]), "tokens_granted": granted,
+            "handoffs": handoff_figures}
 
 
 def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 1_000_000) -> Result:
@@ -94,18 +101,21 @@ def busy(seconds: float = 10.0, warmup: float = 1.5) -> Result:
     two_by_four = _run([("g1", 0.5, 1.0, [["--kernel-us", "500"]] * 4),
                         ("g2", 0.5, 1.0, [["--kernel-us", "500"]] * 4)], seconds, warmup)
     result.add("two_groups_of_four/busy", two_by_four["busy_fraction"] * 100, "%", ">= 97")
+    add_handoff_metrics(result, "two_groups_of_four", two_by_four["handoffs"])
     four = _run([(f"g{i}", r, 1.0, [["--kernel-us", "500", "--streams", "4"]])
                  for i, r in enumerate([0.1, 0.2, 0.3, 0.4])], seconds, warmup)
     result.add("four_groups_4_streams/busy", four["busy_fraction"] * 100, "%", ">= 97")
+    add_handoff_metrics(result, "four_groups_4_streams", four["handoffs"])
     pair = _run([("a", 0.3, 1.0, [["--kernel-us", "1000"]]), ("b", 0.7, 1.0, [["--kernel-us", "1000"]])],
                 seconds, warmup)
     result.add("30-70_1ms/busy", pair["busy_fraction"] * 100, "%", ">= 97")
     error = max(abs(pair["shares"]["a"] - 0.3), abs(pair["shares"]["b"] - 0.7)) * 100
     result.add("30-70_1ms/max_error_points", error, "points", "<= 2")
-    # Handoffs: tokens granted to the two groups in turn; GPU idle / handoffs.
+    add_handoff_metrics(result, "30-70_1ms", pair["handoffs"])
+    # The older estimate: GPU idle time / tokens granted to the two groups in turn.
     handoffs = max(1, sum(pair["tokens_granted"].values()))
     result.add("30-70_1ms/mean_idle_per_grant", (1 - pair["busy_fraction"]) * seconds / handoffs * 1e6, "us",
                "<= 300")
-    result.details = {name: {k: run[k] for k in ("shares", "busy_fraction", "tokens_granted")}
+    result.details = {name: {k: run[k] for k in ("shares", "busy_fraction", "tokens_granted", "handoffs")}
                       for name, run in (("two_by_four", two_by_four), ("four_4_streams", four), ("30-70_1ms", pair))}
     return result

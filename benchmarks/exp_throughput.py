@@ -4,7 +4,9 @@ against the same program without it, on the simulated GPU's engine time.
 One group (request 100%), one process launching kernels of one length back
 to back; the same binary runs bare and under the shim, alternated within
 one run (bare, shim, bare, shim ...) so machine load hits both alike. The
-figure is busy(shim) / busy(bare) per kernel length.
+figure is busy(shim) / busy(bare) per kernel length. The engine's
+handoffs between processes in each run go to the details: with one process
+there should be none (no handoff gap to report here; see exp_slices.busy).
 """
 from __future__ import annotations
 
@@ -13,26 +15,30 @@ import time
 
 from gslice.experiment import SharingExperiment, busy_fraction_between
 
+from handoff_gaps import HandoffWatch
 from results_io import Result
 
 KERNELS_US = [100, 1000, 5000, 20000]
 
 
 def busy_fraction(exp: SharingExperiment, group: str, args: list[str], shim: bool, seconds: float,
-                  warmup: float) -> float:
+                  warmup: float) -> tuple[float, int]:
+    """The engine's busy fraction over the run, and its handoffs between processes."""
     proc = exp.spawn_workload(group, ["spin", *args, "--seconds", str(warmup + seconds + 1)], shim=shim,
                               stderr=subprocess.PIPE)
     try:
         time.sleep(warmup)
+        handoffs = HandoffWatch(exp.sim_name)
         start = exp.sample()
         time.sleep(seconds)
         end = exp.sample()
+        handed = handoffs.stop()["handoffs"]
     finally:
         proc.kill()
         _, err = proc.communicate()
     if proc.returncode not in (0, -9):
         raise RuntimeError(f"workload {args} (shim={shim}) failed with {proc.returncode}: {err}")
-    return busy_fraction_between(start, end)
+    return busy_fraction_between(start, end), handed
 
 
 def throughput(seconds: float = 4.0, warmup: float = 1.0, rounds: int = 2, kernels_us=None,
@@ -43,11 +49,14 @@ def throughput(seconds: float = 4.0, warmup: float = 1.0, rounds: int = 2, kerne
     with SharingExperiment(gpu="sim") as exp:
         exp.add_group("alone", request=1.0, limit=1.0, memory="1GiB")
         for name, args in cases.items():
-            bare, shim = [], []
+            runs = {"bare": [], "shim": []}
             for _ in range(rounds):
-                bare.append(busy_fraction(exp, "alone", args, False, seconds, warmup))
-                shim.append(busy_fraction(exp, "alone", args, True, seconds, warmup))
+                for mode in runs:
+                    runs[mode].append(busy_fraction(exp, "alone", args, mode == "shim", seconds, warmup))
+            bare, shim = ([busy for busy, _ in runs[mode]] for mode in ("bare", "shim"))
             ratio = sum(shim) / sum(bare) * 100
             result.add(f"{name}/shim_vs_bare", ratio, "%", ">= 99")
-            result.details[name] = {"bare_busy": bare, "shim_busy": shim}
+            result.details[name] = {"bare_busy": bare, "shim_busy": shim,
+                                    "bare_handoffs": [n for _, n in runs["bare"]],
+                                    "shim_handoffs": [n for _, n in runs["shim"]]}
     return result

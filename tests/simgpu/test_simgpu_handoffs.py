@@ -29,7 +29,7 @@ def open_when_made(name: str) -> simgpu.SimGpu:
 
 
 def test_two_processes_launching_alternately_record_handoffs_between_them(programs, processes, sim_name):
-    kernel_ns, count = 1_000_000, 40
+    kernel_ns, count = 5_000_000, 40  # 200 ms each: long enough to overlap on a loaded machine
     a = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="a"))
     b = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="b"))
     for proc in (a, b):
