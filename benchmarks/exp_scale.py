@@ -22,6 +22,9 @@ def _proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+SMALL_CONTEXT_RESERVE = {"GSLICE_CONTEXT_RESERVE_MIB": "16"}
+
+
 def _proc_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -31,7 +34,9 @@ def _proc_rss_mib(pid: int) -> float:
 
 def scale(clients: int = 64, groups: int = 8, seconds: float = 60.0) -> Result:
     result = Result("scale", device="simulated GPU")
-    with SharingExperiment(gpu="sim") as exp:
+    # Many processes per group: each context's reserve is cut to 16 MiB (as in
+    # the soak), so the quotas measure tokend's scale, not the default 512 MiB.
+    with SharingExperiment(gpu="sim", shim_env=SMALL_CONTEXT_RESERVE) as exp:
         names = [f"team{i}" for i in range(groups)]
         for name in names:
             exp.add_group(name, request=round(1.0 / groups, 6), memory="1GiB")
@@ -84,7 +89,7 @@ def _bad_requests(metrics_text: str) -> dict[str, float]:
 
 def startup(processes: int = 100) -> Result:
     result = Result("startup", device="simulated GPU")
-    with SharingExperiment(gpu="sim") as exp:
+    with SharingExperiment(gpu="sim", shim_env=SMALL_CONTEXT_RESERVE) as exp:
         exp.add_group("crowd", request=0.5, memory="4GiB")
         start_at = time.time() + 5.0 + 0.08 * processes   # all booted and initialised by then
         procs = [exp.spawn_workload("crowd", ["spin", "--kernel-us", "50", "--seconds", "0",

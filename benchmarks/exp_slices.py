@@ -28,8 +28,10 @@ def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float
          sample_every: float = 0.25) -> dict:
     """groups: (name, request, limit, [workload args per process])."""
     with SharingExperiment(gpu="sim") as exp:
-        for name, request, limit, _ in groups:
-            exp.add_group(name, request=request, limit=limit, memory="1GiB")
+        for name, request, limit, processes in groups:
+            # Each process's context is charged GSLICE_CONTEXT_RESERVE_MIB
+            # (512 MiB by default): a quota of 1 GiB would refuse the third.
+            exp.add_group(name, request=request, limit=limit, memory=f"{512 * (len(processes) + 1)}MiB")
         for name, _, _, processes in groups:
             for args in processes:
                 exp.spawn_workload(name, ["spin", *args, "--seconds", str(warmup + seconds + 5)])

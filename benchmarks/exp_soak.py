@@ -17,7 +17,7 @@ import time
 
 from gslice.experiment import SharingExperiment
 
-from exp_scale import _bad_requests, _proc_rss_mib
+from exp_scale import SMALL_CONTEXT_RESERVE, _bad_requests, _proc_rss_mib
 from results_io import Result
 
 MiB = 1024**2
@@ -31,7 +31,7 @@ def soak(seconds: float = 600.0, clients: int = 64, seed: int = 9, warmup: float
     # its at most 4 x 8 MiB chunks: the churn group's quota fits them all, so a
     # refusal would be a leak, not a full quota.
     with SharingExperiment(gpu="sim", tokend_args=["--attach-rate", "1000", "--attach-burst", "1000"],
-                           shim_env={"GSLICE_CONTEXT_RESERVE_MIB": "16"}) as exp:
+                           shim_env=SMALL_CONTEXT_RESERVE) as exp:
         for name, request in SATURATORS.items():
             exp.add_group(name, request=request, limit=1.0, memory="1GiB")
         exp.add_group("churn", request=0.1, limit=1.0, memory=f"{clients * (16 + 32)}MiB")

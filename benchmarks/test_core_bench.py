@@ -61,11 +61,17 @@ def run_cycles(plan):
             decisions += s.request(client, now)
         for returning in later.pop(cycle, ()):
             decisions += s.request(returning, now)
-        for decision in decisions:
+        while decisions:
+            decision = decisions.pop(0)
             if isinstance(decision, Grant):
                 holding[decision.client_id] = (decision.token_id, decision.quantum)
-            elif isinstance(decision, Revoke):
-                pass  # the holder releases at its next cycle anyway
+            elif isinstance(decision, Revoke) and s.holder() != (decision.client_id, decision.token_id):
+                # Handed over at once: the preempted client's release comes
+                # late (its last kernel drained); then it waits again.
+                _, quantum = holding.pop(decision.client_id)
+                decisions += s.release(decision.client_id, decision.token_id, 0.1 * quantum, now)
+                decisions += s.request(decision.client_id, now)
+            # (a Revoke of a lease or without handover: released at its next cycle)
     return s.decisions, sum(s.preemptions.values())
 
 

@@ -3,6 +3,8 @@ translation onto the Coordinator; errors are raised typed and mapped to
 statuses by rpc_guard."""
 from __future__ import annotations
 
+import asyncio
+
 from gslice.v1 import client_pb2
 
 from .coordinator import ControlWrite, Coordinator
@@ -53,9 +55,12 @@ class ClientService:
                 if coordinator.is_end_of_stream(item):
                     return
                 if isinstance(item, ControlWrite):
+                    # Scheduled now, they run once this step has handed the
+                    # event to the transport (the write starts first).
+                    loop = asyncio.get_running_loop()
+                    for after_send in item.after_send:
+                        loop.call_soon(after_send)
                     yield item.event
-                    for after_write in item.after_write:  # resumed: the event was written
-                        after_write()
                 else:
                     yield item
         finally:

@@ -56,16 +56,16 @@ def new_group_secret() -> str:
 
 
 # A grant that follows a preemption's Revoke waits until the Revoke has been
-# written on the preempted client's Control stream (so the holder hears of it
+# handed to the preempted client's Control stream (so the holder hears of it
 # no later than the waiter starts launching), but never longer than this.
 GRANT_AFTER_REVOKE_MAX_WAIT = 0.002
 
 
 @dataclass
 class ControlWrite:
-    """A Control event with what to run once it has been written to the stream."""
+    """A Control event with what to run once it is on its way to the client."""
     event: client_pb2.ControlEvent
-    after_write: list = field(default_factory=list)
+    after_send: list = field(default_factory=list)
 
 
 @dataclass
@@ -161,7 +161,7 @@ class Coordinator:
         for decision in decisions:
             if isinstance(decision, Grant):
                 if revoke_write is not None and not decision.renewed:
-                    self._grant_after_write(decision, revoke_write)
+                    self._grant_after_revoke_sent(decision, revoke_write)
                 else:
                     self._on_grant(decision)
             elif isinstance(decision, Revoke):
@@ -191,7 +191,7 @@ class Coordinator:
         self.metrics.tokens_granted.labels(session.group).inc()
         self.metrics.token_wait.labels(session.group).observe(max(0.0, time.monotonic() - session.requested_at))
 
-    def _grant_after_write(self, grant: Grant, revoke_write: ControlWrite) -> None:
+    def _grant_after_revoke_sent(self, grant: Grant, revoke_write: ControlWrite) -> None:
         """A preemption hands the token over at once: deliver the grant when
         the preempted holder's Revoke is on its way (or after a short
         bound), so the two tenants' launches overlap as little as possible."""
@@ -200,7 +200,7 @@ class Coordinator:
                 delivered.append(True)
                 self._on_grant(grant)
         delivered: list[bool] = []
-        revoke_write.after_write.append(deliver)
+        revoke_write.after_send.append(deliver)
         if self._loop is not None:
             self._loop.call_later(GRANT_AFTER_REVOKE_MAX_WAIT, deliver)
         else:

@@ -178,6 +178,18 @@ class SharingExperiment:
                 codes.setdefault(name, []).append(proc.wait(max(0.1, deadline - time.monotonic())))
         return codes
 
+    def check_workloads(self) -> None:
+        """Raise if a workload process has failed (exit status > 0): a
+        measurement must not quietly go on with fewer processes than it
+        says (e.g. one refused at context creation by its memory quota).
+        Processes killed by a signal are a test's own doing and pass."""
+        for name, group in self.groups.items():
+            for proc in group.processes:
+                code = proc.poll()
+                if code is not None and code > 0:
+                    raise RuntimeError(f"a workload process of group {name!r} (pid {proc.pid}, {proc.args!r}) "
+                                       f"exited with status {code}; its output says why")
+
     # -- measurement
     def sample(self) -> Sample:
         """Cumulative engine time per group now (simulated GPU only: the real
@@ -185,6 +197,7 @@ class SharingExperiment:
         if self.gpu != "sim":
             raise RuntimeError("sample() needs the simulated GPU; on a real GPU use window_shares()")
         import gslice.simgpu as simgpu
+        self.check_workloads()
         now = time.monotonic()
         with simgpu.SimGpu(self.sim_name) as sim:
             by_label = sim.busy_ns_by_label()
