@@ -22,7 +22,8 @@
  * Long kernels (>= GS_GATE_LONG_KERNEL_US of GPU time each) are paced: the
  * next one is submitted when the running one is within its feed-ahead
  * margin of its estimated end, so the GPU never waits for a submission and
- * a closing gate leaves about one kernel queued. A long kernel that would
+ * a closing gate leaves about one kernel queued (a narrower margin in a
+ * process recently preempted by a higher class: its preemptor's latency). A long kernel that would
  * end well past the slice's quantum is not started in it: the slice is
  * renewed or ended first ("wrap-up"). The length used is the launched
  * CUfunction's / CUgraphExec's own estimate (a 64-slot table fed by

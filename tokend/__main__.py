@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantum-max-ms", type=float, default=100.0, help="longest time slice (default 100 ms)")
     parser.add_argument("--grace-ms", type=float, default=200.0,
                         help="how long past its quantum a holder may keep the token (default 200 ms)")
+    parser.add_argument("--preempt-handover", choices=["at-once", "at-release"], default="at-once",
+                        help="a preempting higher class gets the token at once, while the preempted holder's "
+                             "last kernel drains (at-once, the default: one round trip less), or only when "
+                             "the holder has released it (at-release: strictly one tenant submitting at a time)")
     parser.add_argument("--cap-period-ms", type=float, default=50.0,
                         help="smooth caps: longest pause between two slices of a group at its limit "
                              "(default 50 ms; 0: the limit holds over the window only)")
@@ -98,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = SchedulerConfig(window=args.window, quantum_min=args.quantum_min_ms / 1000.0,
                                  quantum_max=args.quantum_max_ms / 1000.0, grace=args.grace_ms / 1000.0,
-                                 cap_period=args.cap_period_ms / 1000.0)
+                                 cap_period=args.cap_period_ms / 1000.0,
+                                 preempt_handover=args.preempt_handover == "at-once")
         config.validate()
         limits = Limits(max_clients=args.max_clients, max_clients_per_group=args.max_clients_per_group,
                         attach_rate=args.attach_rate, attach_burst=args.attach_burst,

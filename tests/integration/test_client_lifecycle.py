@@ -105,6 +105,58 @@ def test_higher_priority_waiter_revokes_the_holder(tokend_factory):
     assert tokend.metric_value("gslice_preemptions_total", group="low") == 1
 
 
+def _low_holder_and_high_waiter(tokend):
+    admin = tokend.admin()
+    low = admin.create_group("low", request=0.3, limit=1.0, memory="1GiB", priority="low")
+    high = admin.create_group("high", request=0.3, limit=1.0, memory="1GiB", priority="high")
+    holder = tokend.shim_client("low", low.secret)
+    return admin, holder, holder.acquire(), tokend.shim_client("high", high.secret)
+
+
+def test_preemption_hands_the_token_over_without_waiting_for_the_release(tokend_factory):
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    admin, holder, token, urgent = _low_holder_and_high_waiter(tokend)
+    # The holder never releases before the waiter is served.
+    granted = urgent.acquire(timeout_ms=20000)
+    assert granted > token
+    event = holder.next_event(timeout=10)
+    assert event is not None and event.WhichOneof("event") == "revoke" and event.revoke.token_id == token
+    assert admin.status().holder_client_id == urgent.public_id
+    # Its release comes late (its last kernel drained) and is accepted, once.
+    holder.release(token, used_us=3000)
+    with pytest.raises(grpc.RpcError) as info:
+        holder.release(token, used_us=3000)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert admin.status().group("low").preemptions == 1
+
+
+def test_preemption_at_release_waits_for_the_holder(tokend_factory):
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000", "--preempt-handover", "at-release"])
+    _admin, holder, token, urgent = _low_holder_and_high_waiter(tokend)
+    with pytest.raises(grpc.RpcError) as info:
+        urgent.acquire(timeout_ms=300)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    event = holder.next_event(timeout=10)
+    assert event is not None and event.WhichOneof("event") == "revoke"
+    holder.release(token, used_us=2000)
+    assert urgent.acquire(timeout_ms=20000) > token
+
+
+def test_handed_over_token_never_released_is_reported(tokend_factory):
+    tokend = tokend_factory(extra_args=["--grace-ms", "200"])
+    admin, holder, token, urgent = _low_holder_and_high_waiter(tokend)
+    with admin.watch() as events:
+        urgent.acquire(timeout_ms=20000)
+        # The holder ignores its Revoke: grace later, tokend reports it.
+        for _ in range(10):
+            event = next(events)
+            if event.kind == "token_expired":
+                break
+    assert event.kind == "token_expired" and event.group == "low"
+    assert "after it was revoked at a preemption" in event.message
+    assert tokend.metric_value("gslice_token_expiries_total", group="low") == 1
+
+
 def test_token_not_released_in_time_expires(tokend_factory):
     tokend = tokend_factory(extra_args=["--quantum-min-ms", "5", "--quantum-max-ms", "20", "--grace-ms", "50"])
     admin = tokend.admin()

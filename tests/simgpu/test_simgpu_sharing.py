@@ -133,3 +133,21 @@ def test_nvml_utilisation_follows_the_engine(programs, processes, sim_name):
     idle_script = "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(0)).gpu)"
     time.sleep(1.2)  # past the ~1 s window
     assert int(processes.run([sys.executable, "-c", idle_script], environ).stdout) == 0
+
+
+def test_busy_time_counts_the_kernel_running_now(programs, processes, sim_name):
+    # One 2 s kernel: while it runs, the process's own counter has not moved
+    # yet, but its label's busy time grows with it (samples of long kernels
+    # would otherwise jump by whole kernels).
+    spinner = processes.start([programs["driver_check"], "spin", 2_000_000_000, 1], simgpu.env(sim_name, label="long"))
+    with simgpu.SimGpu(sim_name) as gpu:
+        wait_for(lambda: gpu.engine_holder_pid() == spinner.pid, 30, "the kernel to start")
+        time.sleep(0.05)
+        first = gpu.busy_ns_by_label().get("long", 0)
+        time.sleep(0.3)
+        second = gpu.busy_ns_by_label()["long"]
+        assert [p.busy_ns for p in gpu.processes() if p.label == "long"] == [0]
+        assert 0 < first < second and second - first >= 250_000_000
+    spinner.communicate(timeout=60)
+    with simgpu.SimGpu(sim_name) as gpu:
+        assert 2_000_000_000 <= gpu.busy_ns_by_label()["long"] < 3_000_000_000

@@ -51,6 +51,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.late_extra: dict[str, list[tuple[float, float]]] = {}  # group -> (time, extra) of late releases
         self.revoked_tokens: set[int] = set()
         self.expired: dict[str, tuple[int, float]] = {}  # client -> its token taken back, charged
+        self.handover_due: dict[str, float] = {}  # client -> when its handed-over token is reported
         self.last_token = 0
         self.decisions = 0
         self.granted: dict[str, int] = {}
@@ -86,12 +87,30 @@ class SchedulerMachine(RuleBasedStateMachine):
                 holder_group = self.specs[self.client_group[decision.client_id]]
                 assert any(self.specs[self.client_group[c]].priority > holder_group.priority for c in self.waiting)
                 self.preempted[holder_group.name] += 1
+                # Handed over at once (CONFIG.preempt_handover): charged up to
+                # now, its release comes late (late_release), the token is free.
+                _, _, granted, _ = self.holder
+                self.charge(holder_group.name, self.now, self.now - granted)
+                self.expired[decision.client_id] = (decision.token_id, self.now - granted)
+                self.handover_due[decision.client_id] = self.now + CONFIG.grace
+                self.holder = None
+            elif isinstance(decision, Expire) and decision.after_revoke:
+                client = decision.client_id
+                assert self.expired.get(client, (None,))[0] == decision.token_id
+                due = self.handover_due.pop(client)
+                assert self.now >= due - EPS
+                assert decision.charged == pytest.approx(CONFIG.grace)
+                token, charged = self.expired[client]
+                self.expired[client] = (token, charged + decision.charged)
+                group = self.client_group[client]
+                self.charge(group, due, decision.charged)  # the interval ending at the due time
+                self.late_extra[group].append((self.now, decision.charged))
             elif isinstance(decision, Expire):
                 assert self.holder is not None and self.holder[:2] == (decision.client_id, decision.token_id)
                 _, _, granted, quantum = self.holder
                 assert decision.charged == pytest.approx(quantum + CONFIG.grace)
                 assert self.now >= granted + quantum + CONFIG.grace - EPS
-                self.charges[self.client_group[decision.client_id]].append((granted, granted + decision.charged))
+                self.charge(self.client_group[decision.client_id], granted + decision.charged, decision.charged)
                 self.expired[decision.client_id] = (decision.token_id, decision.charged)
                 self.holder = None
             else:
@@ -99,6 +118,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         # Whatever was due at `now` has been decided: the next wakeup lies ahead.
         wakeup = self.s.next_wakeup()
         assert wakeup is None or wakeup > self.s.last_time()
+
+    def charge(self, group, end, amount):
+        """The model of a charge: the interval of `amount` ending at `end`;
+        the part reaching back over the group's earlier charges is held as a
+        point at the end (charges never overlap)."""
+        if amount <= 0:
+            return
+        last_end = max((c[1] for c in self.charges[group] if c[1] > c[0] or len(c) > 2 and c[2] > 0),
+                       default=-1e9)
+        start = max(end - amount, last_end)
+        self.charges[group].append((start, end, amount - (end - start)))
 
     def model_usage(self, group):
         start = self.now - CONFIG.window
@@ -119,9 +149,15 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------- rules
 
-    @initialize()
-    def first_group(self):
+    @initialize(priority=priorities)
+    def first_groups(self, priority):
+        """g0 (normal) and g1 (any class), each with a client attached: the
+        machine starts where classes can meet (preemption, renewal)."""
         self.add_group("g0", 0.3, 1.0, Priority.NORMAL, 0.0)
+        self.add_group("g1", 0.3, 1.0, priority, 0.0)
+        for client, group in (("c0", "g0"), ("c1", "g1")):
+            self.apply(self.s.attach(client, group, self.now))
+            self.client_group[client] = group
 
     @rule(name=st.sampled_from(GROUP_NAMES), request=shares, limit=shares, priority=priorities, dt=steps)
     def add_group(self, name, request, limit, priority, dt):
@@ -206,11 +242,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         if expired:
             self.apply(expired)
         if self.holder is not None and self.holder[0] == client:
-            self.charges[group].append((self.holder[2], self.now))
+            self.charge(group, self.now, self.now - self.holder[2])
             self.holder = None
         self.waiting.discard(client)
         del self.client_group[client]
         self.expired.pop(client, None)
+        self.handover_due.pop(client, None)
         self.apply([d for d in decisions if not isinstance(d, Expire)])
 
     @rule(client=st.sampled_from(CLIENT_IDS), dt=steps)
@@ -228,6 +265,21 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         self.waiting.add(client)
         self.apply(self.s.request(client, self.now))
+
+    @precondition(lambda self: self.holder is not None)
+    @rule(dt=steps)
+    def higher_class_requests(self, dt):
+        """A client of a class above the holder's asks (it may preempt: the
+        token is then handed over at once, CONFIG.preempt_handover)."""
+        self.tick(dt)
+        if self.holder is None:  # taken back by an expiry during dt: nothing to preempt
+            return
+        holder_priority = self.specs[self.client_group[self.holder[0]]].priority
+        higher = sorted(c for c, g in self.client_group.items()
+                        if self.specs[g].priority > holder_priority and c not in self.waiting)
+        if higher:
+            self.waiting.add(higher[0])
+            self.apply(self.s.request(higher[0], self.now))
 
     @rule(client=st.sampled_from(CLIENT_IDS), dt=steps)
     def cancel(self, client, dt):
@@ -249,7 +301,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             return  # would race the expiry; the machine's next step covers that
         elapsed = self.now - granted
         decisions = self.s.release(client, token, fraction * elapsed, self.now, idle=idle)
-        self.charges[self.client_group[client]].append((granted, self.now))
+        self.charge(self.client_group[client], self.now, self.now - granted)
         self.holder = None
         self.apply(decisions)
 
@@ -274,6 +326,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         used beyond what the expiry charged is charged now (debt)."""
         client = data.draw(st.sampled_from(sorted(self.expired)))
         token, charged = self.expired.pop(client)
+        self.handover_due.pop(client, None)
         self.tick(dt)
         decisions = self.s.release(client, token, charged + extra, self.now)
         # The core applies an expiry due (of a newer token) first.
@@ -284,10 +337,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             # Charged as an interval ending now; the part reaching back over
             # the group's earlier charges is held as a point at the end.
             group = self.client_group[client]
-            last_end = max((c[1] for c in self.charges[group] if c[1] > c[0] or len(c) > 2 and c[2] > 0),
-                           default=-1e9)
-            start = max(self.now - extra, last_end)
-            self.charges[group].append((start, self.now, extra - (self.now - start)))
+            self.charge(group, self.now, extra)
             self.late_extra[group].append((self.now, extra))
         self.apply(decisions)
 

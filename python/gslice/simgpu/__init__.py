@@ -21,6 +21,7 @@ import mmap
 import os
 import re
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -333,9 +334,22 @@ class SimGpu:
         return max(matches, key=lambda p: p.attached_ns)
 
     def busy_ns_by_label(self) -> dict[str, int]:
+        """Engine time per label, the kernel running now included up to now
+        (a process's busy_ns grows only when a kernel ends: without this, a
+        sample taken during a 1 s kernel would miss up to a second of it)."""
+        device = self._snapshot()
         totals: dict[str, int] = {}
-        for p in self.processes():
-            totals[p.label] = totals.get(p.label, 0) + p.busy_ns
+        for slot in device.slots:
+            if slot.state == SLOT_FREE:
+                continue
+            label = slot.label.decode(errors="replace")
+            totals[label] = totals.get(label, 0) + slot.busy_ns
+        since, pid = device.engine_busy_since_ns, device.engine_holder_pid
+        if since and pid:
+            holders = [slot for slot in device.slots if slot.state == SLOT_LIVE and slot.pid == pid]
+            if holders:
+                label = max(holders, key=lambda slot: slot.attached_ns).label.decode(errors="replace")
+                totals[label] = totals.get(label, 0) + max(0, time.monotonic_ns() - since)
         return totals
 
     def shares_by_label(self) -> dict[str, float]:
