@@ -38,6 +38,11 @@ def _run(seconds: float, low_kernel_us: int | None) -> dict:
     return report
 
 
+def burst_summary(report: dict) -> dict:
+    """The bursts workload's report without its per-burst lists (for details)."""
+    return {k: v for k, v in report.items() if k not in ("burst_starts", "latencies_ms")}
+
+
 def fifo_throughput_bound(alone: dict, low_kernel_us: float) -> float:
     """The best throughput ratio any scheduler can reach beside saturating
     neighbours on the simulated GPU without idling it: kernels run one at a
@@ -78,7 +83,7 @@ def _wait_p99_ms(metrics_text: str, group: str, since: str | None = None) -> flo
 def priority(seconds: float = 10.0) -> Result:
     result = Result("priority", device="simulated GPU")
     solo = _run(seconds, None)
-    result.details = {"solo": solo, "workload": BURSTS}
+    result.details = {"solo": burst_summary(solo), "workload": BURSTS}
     result.add("burst_latency_p99_solo", solo["latency_ms_p99"], "ms")
     for low_kernel_us in LOW_KERNELS_US:
         shared = _run(seconds, low_kernel_us)
@@ -88,5 +93,5 @@ def priority(seconds: float = 10.0) -> Result:
         if shared["token_wait_p99_ms"] is not None:
             result.add(f"{tag}/token_wait_p99", shared["token_wait_p99_ms"], "ms", "<= 2")
         result.add(f"{tag}/burst_latency_p99", shared["latency_ms_p99"], "ms")
-        result.details[tag] = shared
+        result.details[tag] = burst_summary(shared)
     return result

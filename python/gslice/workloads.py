@@ -172,10 +172,12 @@ def bursts(kernel_us: float, burst: int, think_ms: float, seconds: float) -> dic
     ns = ctypes.c_uint64(int(kernel_us * 1000))
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p))
     latencies: list[float] = []
+    starts: list[float] = []
     start = time.monotonic()
     deadline = start + seconds
     while time.monotonic() < deadline:
         t0 = time.monotonic()
+        starts.append(t0)
         for _ in range(burst):
             drv._check("cuLaunchKernel", drv.launch(function, 1, 1, 1, 1, 1, 1, 0, stream, params, None))
         drv.synchronize(stream)
@@ -189,7 +191,7 @@ def bursts(kernel_us: float, burst: int, think_ms: float, seconds: float) -> dic
 
     return {"bursts": len(latencies), "seconds": elapsed, "bursts_per_s": len(latencies) / elapsed,
             "latency_ms_p50": pct(0.50), "latency_ms_p99": pct(0.99), "latency_ms_max": ordered[-1] if ordered else 0.0,
-            "pid": os.getpid()}
+            "pid": os.getpid(), "burst_starts": starts, "latencies_ms": latencies}
 
 
 def alloc(chunk_mib: int, count: int, hold_seconds: float, start_at: float | None = None) -> dict:

@@ -140,7 +140,12 @@ def test_busy_time_counts_the_kernel_running_now(programs, processes, sim_name):
     # yet, but its label's busy time grows with it (samples of long kernels
     # would otherwise jump by whole kernels).
     spinner = processes.start([programs["driver_check"], "spin", 2_000_000_000, 1], simgpu.env(sim_name, label="long"))
-    with simgpu.SimGpu(sim_name) as gpu:
+    def opened():
+        try:
+            return simgpu.SimGpu(sim_name)
+        except (FileNotFoundError, RuntimeError):  # not created, or not initialised yet
+            return None
+    with wait_for(opened, 30, "the simulated GPU to be created") as gpu:
         wait_for(lambda: gpu.engine_holder_pid() == spinner.pid, 30, "the kernel to start")
         time.sleep(0.05)
         first = gpu.busy_ns_by_label().get("long", 0)
