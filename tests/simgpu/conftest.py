@@ -82,6 +82,17 @@ class Processes:
             raise AssertionError(f"{args} exited {proc.returncode}\nstdout: {out}\nstderr: {err}")
         return result
 
+    def spin_side_by_side(self, driver_check, sim_name: str, labels, kernel_ns: int, count: int) -> list:
+        """One `driver_check spin` process per label on simulator sim_name,
+        all started before any is waited for; returns them once all exited 0."""
+        import gslice.simgpu as simgpu
+        procs = [self.start([driver_check, "spin", kernel_ns, count], simgpu.env(sim_name, label=label))
+                 for label in labels]
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, (out, err)
+        return procs
+
     def cleanup(self):
         for proc in self.started:
             if proc.poll() is None:

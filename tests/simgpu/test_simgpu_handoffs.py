@@ -30,11 +30,7 @@ def open_when_made(name: str) -> simgpu.SimGpu:
 
 def test_two_processes_launching_alternately_record_handoffs_between_them(programs, processes, sim_name):
     kernel_ns, count = 5_000_000, 40  # 200 ms each: long enough to overlap on a loaded machine
-    a = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="a"))
-    b = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="b"))
-    for proc in (a, b):
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, (out, err)
+    a, b = processes.spin_side_by_side(programs["driver_check"], sim_name, ("a", "b"), kernel_ns, count)
 
     with simgpu.SimGpu(sim_name) as gpu:
         total = gpu.handoff_count()

@@ -28,11 +28,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 def test_two_processes_serialise_and_busy_time_is_recorded_per_label(programs, processes, sim_name):
     kernel_ns, count = 10_000_000, 40  # 400 ms of GPU time each
-    a = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="team-a"))
-    b = processes.start([programs["driver_check"], "spin", kernel_ns, count], simgpu.env(sim_name, label="team-b"))
-    for proc in (a, b):
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, (out, err)
+    a, b = processes.spin_side_by_side(programs["driver_check"], sim_name, ("team-a", "team-b"), kernel_ns, count)
 
     with simgpu.SimGpu(sim_name) as gpu:
         by_label = gpu.busy_ns_by_label()

@@ -491,14 +491,20 @@ REVOKE_THEN_GRANT = SchedulerConfig(window=10.0, quantum_min=0.005, quantum_max=
                                     preempt_handover=False)
 
 
-def test_higher_class_preempts_lower_once_per_token():
-    s = Scheduler(REVOKE_THEN_GRANT)
+def _preemption_setup(config=CONFIG, high_clients=("h1",)):
+    """lo (LOW, 50%) holds the token through l1; hi (HIGH, 30%) has clients."""
+    s = Scheduler(config)
     s.add_group(spec("lo", 0.5, priority=Priority.LOW), 0.0)
     s.add_group(spec("hi", 0.3, priority=Priority.HIGH), 0.0)
     s.attach("l1", "lo", 0.0)
-    s.attach("h1", "hi", 0.0)
-    s.attach("h2", "hi", 0.0)
+    for client in high_clients:
+        s.attach(client, "hi", 0.0)
     s.request("l1", 0.0)
+    return s
+
+
+def test_higher_class_preempts_lower_once_per_token():
+    s = _preemption_setup(REVOKE_THEN_GRANT, high_clients=("h1", "h2"))
     [revoke] = s.request("h1", 0.01)
     assert isinstance(revoke, Revoke) and revoke.client_id == "l1" and revoke.token_id == 1
     assert "'hi'" in revoke.reason and "HIGH > LOW" in revoke.reason
@@ -509,16 +515,6 @@ def test_higher_class_preempts_lower_once_per_token():
     # hi's fair slice: 0.1 x 0.3/0.5, plus what it is behind lo's pace (0.035 s over lo's 5 s request).
     assert s.release("l1", 1, 0.03, 0.035) == [Grant("h1", 2, pytest.approx(0.1 * 0.3 / 0.5 + 0.035 / 5 * 3))]
     assert s.client_quantum("l1") == pytest.approx(0.1)  # preempted release: unchanged
-
-
-def _preemption_setup():
-    s = Scheduler(CONFIG)
-    s.add_group(spec("lo", 0.5, priority=Priority.LOW), 0.0)
-    s.add_group(spec("hi", 0.3, priority=Priority.HIGH), 0.0)
-    s.attach("l1", "lo", 0.0)
-    s.attach("h1", "hi", 0.0)
-    s.request("l1", 0.0)
-    return s
 
 
 def test_preemption_hands_the_token_over_at_once():
