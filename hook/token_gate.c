@@ -508,11 +508,13 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         g->token_id = new_token;
         g->quantum_us = quantum_us ? quantum_us : 1000;
         g->grant_ns = until;
-        g->wrap_up = false;
         g->renew_refused = false;
         g->revoke_pending = g->revoked_before_grant == new_token;
         g->revoked_before_grant = 0;
         atomic_fetch_add_explicit(&g->n_renewals, 1, memory_order_relaxed);
+        GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
+                 (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
+        g->wrap_up = false;
         pthread_cond_broadcast(&g->changed);
         return;
     }
