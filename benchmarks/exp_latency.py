@@ -55,7 +55,7 @@ def _bursts(exp: SharingExperiment, seconds: float, shim: bool) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def latency(seconds: float = 10.0) -> Result:
+def latency(seconds: float = 20.0) -> Result:
     result = Result("latency", device="simulated GPU")
     with SharingExperiment(gpu="sim") as exp:
         exp.add_group("inference", request=0.3, limit=1.0, memory="1GiB", priority="high")
