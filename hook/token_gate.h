@@ -170,7 +170,8 @@ typedef struct gs_gate {
     int last_done;                 /* index of the last completed checkpoint, -1 none */
     uint64_t newest_end_ns;        /* long kernels: estimated end of the newest one queued */
     uint32_t newest_generation;    /* the slice of the newest checkpoint recorded */
-    _Atomic uint64_t preempted_ns; /* when a held slice was last revoked (0: never) */
+    _Atomic uint64_t preempted_ns; /* when a held slice was last revoked: a preemption (or, rarely,
+                                    * an expiry); 0: never */
     gs_work_estimate estimates[GS_GATE_WORK_ESTIMATES];
     _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
 

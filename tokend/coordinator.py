@@ -195,11 +195,13 @@ class Coordinator:
         """A preemption hands the token over at once: deliver the grant when
         the preempted holder's Revoke is on its way (or after a short
         bound), so the two tenants' launches overlap as little as possible."""
-        def deliver() -> None:
+        delivered = False
+
+        def deliver() -> None:  # whichever comes first: the send, or the bound
+            nonlocal delivered
             if not delivered:
-                delivered.append(True)
+                delivered = True
                 self._on_grant(grant)
-        delivered: list[bool] = []
         revoke_write.after_send.append(deliver)
         if self._loop is not None:
             self._loop.call_later(GRANT_AFTER_REVOKE_MAX_WAIT, deliver)
