@@ -57,9 +57,10 @@ def run(seconds: float, gpu: str, kernel_us: float) -> int:
         codes = exp.wait_all(timeout=60)
         print("\nover the whole run:")
         if exp.gpu == "sim":
-            last = exp.sample()
-            totals = shares_between(first, last)
-            busy = busy_fraction_between(first, last)
+            # The measured seconds only: after them the workloads end one by
+            # one, and the last one left runs alone.
+            totals = shares_between(first, previous)
+            busy = busy_fraction_between(first, previous)
         else:
             totals, busy = exp.window_shares(), None
         for name, request, *_ in GROUPS:
