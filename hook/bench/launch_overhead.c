@@ -17,16 +17,7 @@
 #include <time.h>
 
 #include "gslice_cuda_abi.h"
-
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuCtxSynchronize(void);
-CUresult cuModuleLoadData(CUmodule *mod, const void *image);
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        CUstream, void **, void **);
+#include "gslice_cuda_driver_api.h"
 
 static uint64_t now_ns(void)
 {

@@ -18,24 +18,8 @@
 #include <unistd.h>
 
 #include "gslice_cuda_abi.h"
+#include "gslice_cuda_driver_api.h"
 #include "../../../hook/shim_api.h"
-
-CUresult cuInit(unsigned int);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuModuleLoadData(CUmodule *, const void *);
-CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **, void **);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
-CUresult cuStreamEndCapture(CUstream, CUgraph *);
-CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuGraphUpload(CUgraphExec, CUstream);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
 
 static CUcontext ctx;
 static CUfunction sleep_kernel;

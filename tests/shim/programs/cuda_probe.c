@@ -24,21 +24,7 @@
 #include <unistd.h>
 
 #include "gslice_cuda_abi.h"
-
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuCtxSynchronize(void);
-CUresult cuModuleLoadData(CUmodule *mod, const void *image);
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        CUstream, void **, void **);
-CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             CUstream, void **, void **);
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-CUresult cuMemFree_v2(CUdeviceptr p);
-CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+#include "gslice_cuda_driver_api.h"
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);

@@ -15,33 +15,8 @@
 #include <unistd.h>
 
 #include "gslice_cuda_abi.h"
+#include "gslice_cuda_driver_api.h"
 #include "../../../hook/shim_api.h"
-
-CUresult cuInit(unsigned int);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
-CUresult cuCtxDestroy_v2(CUcontext);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemGetInfo_v2(size_t *, size_t *);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
-CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-CUresult cuMemAddressFree(CUdeviceptr, size_t);
-CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-CUresult cuMemUnmap(CUdeviceptr, size_t);
-CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
-CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
-CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void *);
-CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
-CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
-CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 
 #define MiB (1ull << 20)
 
@@ -174,13 +149,6 @@ static int run_copies(void)
     return 0;
 }
 
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
-CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
-CUresult cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
-CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t,
-                               CUstream);
-CUresult cuStreamCreate(CUstream *, unsigned int);
-
 /* 2D, 3D, peer and batch device-to-device copies, 4 MiB each (gated),
  * then 2D host-to-device copies (not gated): the gate counters after each. */
 static int run_shaped_copies(void)
@@ -218,15 +186,6 @@ static int run_shaped_copies(void)
     print_copy_gating(s0, s1, gate_counters(200000));
     return 0;
 }
-
-CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
-CUresult cuStreamEndCapture(CUstream, CUgraph *);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
-CUresult cuGraphUpload(CUgraphExec, CUstream);
-CUresult cuGraphExecDestroy(CUgraphExec);
-CUresult cuDeviceGraphMemTrim(CUdevice);
-CUresult cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void *);
 
 /* A graph captured from cuMemAllocAsync + cuMemFreeAsync of bytes. */
 static CUgraphExec captured_graph_with_memory(CUstream s, size_t bytes)
@@ -281,8 +240,6 @@ static int run_graph(void)
     held("after_second_trim");
     return 0;
 }
-
-CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
 
 /* A graph instantiated by a route the shim's table does not have (the CUDA
  * 11 cuGraphInstantiate_v2): its memory is charged at the next memory query. */

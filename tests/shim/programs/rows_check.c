@@ -13,22 +13,7 @@
 
 #include "gslice_cuda_abi.h"
 #include "gslice_nvml_abi.h"
-
-
-CUresult cuInit(unsigned int);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuModuleLoadData(CUmodule *, const void *);
-CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuCtxSynchronize(void);
-CUresult cuGraphCreate(CUgraph *, unsigned);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
-nvmlReturn_t nvmlInit_v2(void);
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t *);
+#include "gslice_cuda_driver_api.h"
 
 #define MiB (1ull << 20)
 

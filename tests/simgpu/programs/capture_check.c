@@ -8,32 +8,7 @@
 #include <string.h>
 
 #include "gslice_cuda_abi.h"
-
-CUresult cuInit(unsigned int);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuCtxSynchronize(void);
-CUresult cuModuleLoadData(CUmodule *, const void *);
-CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                        void **, void **);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
-CUresult cuStreamBeginCaptureToGraph(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
-                                     CUstreamCaptureMode);
-CUresult cuStreamEndCapture(CUstream, CUgraph *);
-CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *);
-CUresult cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                   const CUgraphEdgeData **, size_t *);
-CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *);
-CUresult cuEventCreate(CUevent *, unsigned);
-CUresult cuEventRecord(CUevent, CUstream);
-CUresult cuEventQuery(CUevent);
-CUresult cuEventSynchronize(CUevent);
-CUresult cuGraphCreate(CUgraph *, unsigned);
-CUresult cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+#include "gslice_cuda_driver_api.h"
 
 static CUcontext ctx;
 static CUfunction kernel;

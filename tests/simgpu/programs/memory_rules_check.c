@@ -11,38 +11,7 @@
 
 #include "gslice_cuda_abi.h"
 #include "gslice_nvml_abi.h"
-
-CUresult cuInit(unsigned int);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
-CUresult cuCtxDestroy_v2(CUcontext);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemGetInfo_v2(size_t *, size_t *);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
-CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-CUresult cuMemAddressFree(CUdeviceptr, size_t);
-CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-CUresult cuMemUnmap(CUdeviceptr, size_t);
-CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
-CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
-CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void *);
-CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void *);
-CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
-CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
-CUresult cuMemsetD8_v2(CUdeviceptr, unsigned char, size_t);
-nvmlReturn_t nvmlInit_v2(void);
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t *);
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+#include "gslice_cuda_driver_api.h"
 
 #define MiB (1ull << 20)
 #define CHECK(call)                                                          \
