@@ -7,7 +7,7 @@ import asyncio
 
 from gslice.v1 import client_pb2
 
-from .coordinator import ControlWrite, Coordinator
+from .coordinator import Coordinator
 
 
 class ClientService:
@@ -54,14 +54,10 @@ class ClientService:
                 item = await session.control_queue.get()
                 if coordinator.is_end_of_stream(item):
                     return
-                if isinstance(item, ControlWrite):
-                    # Scheduled now, they run once this step has handed the
-                    # event to the transport (the write starts first).
-                    loop = asyncio.get_running_loop()
-                    for after_send in item.after_send:
-                        loop.call_soon(after_send)
-                    yield item.event
-                else:
-                    yield item
+                # Scheduled now, they run once this step has handed the event
+                # to the transport (the write starts first).
+                for after_send in item.after_send:
+                    asyncio.get_running_loop().call_soon(after_send)
+                yield item.event
         finally:
             coordinator.detach(client_id, "Control stream ended")

@@ -63,7 +63,8 @@ GRANT_AFTER_REVOKE_MAX_WAIT = 0.002
 
 @dataclass
 class ControlWrite:
-    """A Control event with what to run once it is on its way to the client."""
+    """What the Control stream sends: an event, with what to run once it is
+    on its way to the client (a grant waiting for this Revoke)."""
     event: client_pb2.ControlEvent
     after_send: list = field(default_factory=list)
 
@@ -224,8 +225,8 @@ class Coordinator:
         session = self.sessions.get(expire.client_id)
         if session is None:
             return
-        session.control_queue.put_nowait(client_pb2.ControlEvent(
-            revoke=client_pb2.Revoke(token_id=expire.token_id, reason="expired")))
+        session.control_queue.put_nowait(ControlWrite(client_pb2.ControlEvent(
+            revoke=client_pb2.Revoke(token_id=expire.token_id, reason="expired"))))
         self.metrics.expiries.labels(session.group).inc()
         if expire.after_revoke:
             detail = (f"token {expire.token_id} still not released {self.scheduler.config.grace * 1e3:.0f} ms "
@@ -582,8 +583,8 @@ class Coordinator:
         if new.memory_quota != old.memory_quota:
             self.ledger.set_group(new.name, new.memory_quota)
             for session in self._members.get(new.name, {}).values():
-                session.control_queue.put_nowait(client_pb2.ControlEvent(
-                    quota_changed=client_pb2.QuotaChanged(memory_quota=new.memory_quota)))
+                session.control_queue.put_nowait(ControlWrite(client_pb2.ControlEvent(
+                    quota_changed=client_pb2.QuotaChanged(memory_quota=new.memory_quota))))
             self.events.publish("quota_changed", new.name,
                                 message=f"memory quota {old.memory_quota} -> {new.memory_quota} bytes")
         self._publish_group_metrics(new)

@@ -9,20 +9,12 @@
 
 #include "gslice_cuda_abi.h"
 #include "gslice_cuda_driver_api.h"
+#include "check.h"
 
 static CUcontext ctx;
 static CUfunction kernel;
 static CUstream stream;
 static CUevent plain_event, captured_event;
-
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        CUresult rc_ = (call);                                               \
-        if (rc_ != CUDA_SUCCESS) {                                           \
-            printf("FAIL %s = %d\n", #call, (int)rc_);                       \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
 
 static void launch_some(int n) {
     for (int i = 0; i < n; i++) CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));

@@ -12,16 +12,9 @@
 #include "gslice_cuda_abi.h"
 #include "gslice_nvml_abi.h"
 #include "gslice_cuda_driver_api.h"
+#include "check.h"
 
 #define MiB (1ull << 20)
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        CUresult rc_ = (call);                                               \
-        if (rc_ != CUDA_SUCCESS) {                                           \
-            printf("FAIL %s = %d\n", #call, (int)rc_);                       \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
 
 static size_t used_now(void) {
     size_t free_b, total;
