@@ -399,6 +399,7 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     info->priority = (int)r->priority;
     snprintf(info->public_id, sizeof info->public_id, "%s", r->public_id);
     info->on_daemon_loss = (int)r->on_daemon_loss;
+    info->doorbell_slot = r->doorbell_slot;
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 
     rpc_call *control = call_new(M_CONTROL, true);
@@ -417,15 +418,19 @@ static void on_ready(gs_rpc *rpc)
         return; /* a repeated Ready changes nothing */
     rpc->phase = PHASE_ATTACHED;
     pthread_mutex_lock(&rpc->lock);
+    bool reconnect = rpc->attach_count++ > 0;
+    pthread_mutex_unlock(&rpc->lock);
+    /* Before waking the callers waiting for the attach: the first
+     * AcquireToken must find what the callback sets up (the doorbell). */
+    if (rpc->cfg.on_attached)
+        rpc->cfg.on_attached(rpc->cfg.ctx, &rpc->pending_info, reconnect);
+    pthread_mutex_lock(&rpc->lock);
     rpc->attached = true;
     rpc->attach_refused = false;
     rpc->info = rpc->pending_info;
-    bool reconnect = rpc->attach_count++ > 0;
     rpc->not_attached_reason[0] = '\0';
     pthread_cond_broadcast(&rpc->attached_cond);
     pthread_mutex_unlock(&rpc->lock);
-    if (rpc->cfg.on_attached)
-        rpc->cfg.on_attached(rpc->cfg.ctx, &rpc->pending_info, reconnect);
 }
 
 static bool handle_control_event(gs_rpc *rpc, const uint8_t *body, size_t len, char *err,
@@ -857,17 +862,18 @@ static rpc_call *new_caller_call(enum rpc_method method)
 int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint64_t *token_id,
                    uint32_t *quantum_us)
 {
-    return gs_rpc_acquire_sized(rpc, timeout_ms, wait_ms, 0, token_id, quantum_us);
+    return gs_rpc_acquire_sized(rpc, timeout_ms, wait_ms, 0, false, token_id, quantum_us);
 }
 
 int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
-                         uint64_t *token_id, uint32_t *quantum_us)
+                         bool doorbell_rang, uint64_t *token_id, uint32_t *quantum_us)
 {
     rpc_call *call = new_caller_call(M_ACQUIRE);
     if (!call)
         return GS_RPC_UNAVAILABLE;
     call->request.acquire.timeout_ms = timeout_ms;
     call->request.acquire.work_item_us = work_item_us;
+    call->request.acquire.doorbell_rang = doorbell_rang;
     int rc = run_call(rpc, call, wait_ms);
     if (rc == GS_RPC_OK) {
         if (token_id)

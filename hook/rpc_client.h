@@ -49,6 +49,7 @@ typedef struct gs_attach_info {
     int priority;
     char public_id[32];        /* how tokend's status and logs name this client */
     int on_daemon_loss;        /* the operator's DaemonLossPolicy for the group */
+    uint32_t doorbell_slot;    /* the group's preemption doorbell slot + 1; 0: none */
 } gs_attach_info;
 
 typedef struct gs_rpc_config {
@@ -82,9 +83,10 @@ int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms,
 int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us,
                    uint64_t overrun_us, bool idle, int wait_ms);
 /* AcquireToken telling the daemon the longest work item (kernel, graph) this
- * process submits, so the quantum covers it (0: unknown). */
+ * process submits, so the quantum covers it (0: unknown), and whether it
+ * rang the preemption doorbell first (preempt_doorbell.h). */
 int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
-                         uint64_t *token_id, uint32_t *quantum_us);
+                         bool doorbell_rang, uint64_t *token_id, uint32_t *quantum_us);
 /* Idle release that keeps the token as a lease while nobody else waits;
  * *lease_kept says whether the daemon kept it (then token_id is still held). */
 int gs_rpc_release_idle_lease(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, int wait_ms,

@@ -39,6 +39,9 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->used_us = g.used_us;
     out->overrun_us = g.overrun_us;
     out->daemon_losses = g.daemon_losses;
+    out->doorbell_pauses = g.doorbell_pauses;
+    out->doorbell_unanswered = g.doorbell_unanswered;
+    out->doorbell_rings = g.doorbell_rings;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

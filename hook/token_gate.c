@@ -44,7 +44,10 @@ enum { ACQUIRE_TIMEOUT_MS = 10000, ACQUIRE_WAIT_MS = 12000, RELEASE_WAIT_MS = 50
  * a round trip from C is ~0.3-3 ms here, and the queue must not run dry. */
 #define RENEW_LEAD_NS 3000000ull
 /* Release this long before a handed-over slice's last long kernel ends: the
- * release, the next grant and its first submission take about that long. */
+ * release, the next grant and its first submission take about that long.
+ * In a process preempted lately, only GS_GATE_PREEMPTED_HANDOFF_LEAD_US: the
+ * next holder's first kernel then does not queue behind the last one (a
+ * preempting class arriving meanwhile would wait for both). */
 #define HANDOFF_LEAD_NS 1000000ull
 enum { GRPC_DEADLINE_EXCEEDED = 4 };
 
@@ -185,6 +188,7 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
     g->token_lost = false;
     g->wrap_up = false;
     g->renew_refused = false;
+    g->doorbell_pause_until_ns = 0;
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
     pthread_cond_signal(&g->keeper_wake);
@@ -243,6 +247,39 @@ static uint32_t work_item_us(gs_gate *g)
     return gpu_us >= GS_GATE_LONG_KERNEL_US ? gpu_us : 0;
 }
 
+/* Preemption doorbell: stop submitting in this slice for at most
+ * GS_GATE_DOORBELL_PAUSE_NS (mu held). A Revoke ends the slice meanwhile;
+ * without one, the first launch past the deadline reopens the gate
+ * (doorbell_resume_locked) and rings are ignored for GS_GATE_DOORBELL_QUIET_NS. */
+static void doorbell_pause_locked(gs_gate *g, const char *why)
+{
+    uint64_t now = monotonic_ns();
+    if (g->state != GS_GATE_HOLDING || g->revoke_pending || g->doorbell_pause_until_ns || g->stopping ||
+        now < g->doorbell_quiet_until_ns)
+        return;
+    uint32_t generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+    if (generation == 0)
+        return;
+    g->doorbell_generation = generation;
+    g->doorbell_pause_until_ns = now + GS_GATE_DOORBELL_PAUSE_NS;
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    atomic_store_explicit(&g->preempted_ns, now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->n_doorbell_pauses, 1, memory_order_relaxed);
+    uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
+    GS_DEBUG("token %llu: preemption doorbell %s, submissions paused (queued work ends in about %lld us)",
+             (unsigned long long)g->token_id, why, (long long)((int64_t)(queued_end - now) / 1000));
+}
+
+static void doorbell_resume_locked(gs_gate *g, const char *why)
+{
+    g->doorbell_pause_until_ns = 0;
+    g->doorbell_quiet_until_ns = monotonic_ns() + GS_GATE_DOORBELL_QUIET_NS;
+    atomic_fetch_add_explicit(&g->n_doorbell_unanswered, 1, memory_order_relaxed);
+    atomic_store_explicit(&g->open, g->doorbell_generation, memory_order_release);
+    GS_DEBUG("token %llu: %s the preemption doorbell; submitting again", (unsigned long long)g->token_id, why);
+    pthread_cond_broadcast(&g->changed);
+}
+
 /* This thread becomes the one that asks tokend; mu held on entry and exit. */
 static void acquire_locked(gs_gate *g)
 {
@@ -251,8 +288,13 @@ static void acquire_locked(gs_gate *g)
     pthread_mutex_unlock(&g->mu);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
-    GS_DEBUG("asking for a token");
-    int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, work_item_us(g), &token_id,
+    /* A higher class than the holder: tell it to stop submitting now, not
+     * when tokend's Revoke reaches it (preempt_doorbell.h). */
+    if (!atomic_load_explicit(&g->doorbell.page, memory_order_acquire) && g->rpc)
+        gs_rpc_wait_attached(g->rpc, 1000, NULL);   /* process start: the doorbell comes with the attach */
+    bool rang = gs_doorbell_ring_if_preempting(&g->doorbell);
+    GS_DEBUG("asking for a token%s", rang ? " (rang the preemption doorbell)" : "");
+    int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, work_item_us(g), rang, &token_id,
                                   &quantum_us);
     pthread_mutex_lock(&g->mu);
     if (g->state != GS_GATE_ACQUIRING) {
@@ -268,6 +310,11 @@ static void acquire_locked(gs_gate *g)
         open_slice_locked(g, token_id, quantum_us);
         atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
         GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
+        /* A higher class rang while this grant was on its way: tokend hands
+         * the token over as soon as that request reaches it, so do not queue
+         * a kernel in front of it now. */
+        if (gs_doorbell_outranking_ring_within(&g->doorbell, monotonic_ns(), GS_GATE_DOORBELL_PAUSE_NS))
+            doorbell_pause_locked(g, "rang just before this grant");
         return;
     }
     if (rc == GS_RPC_UNAVAILABLE && !g->loss_logged) {
@@ -298,6 +345,13 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
     for (;;) {
+        if (g->state == GS_GATE_HOLDING && g->doorbell_pause_until_ns && !g->revoke_pending) {
+            if (monotonic_ns() < g->doorbell_pause_until_ns) {
+                wait_until_ns(&g->changed, &g->mu, g->doorbell_pause_until_ns);
+                continue;
+            }
+            doorbell_resume_locked(g, "no Revoke followed");
+        }
         if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) ||
             g->state == GS_GATE_UNMETERED) {
             remember_context_locked(g, ctx);
@@ -365,6 +419,13 @@ static void wait_newest_checkpoint(gs_gate *g)
 
 static void sleep_until_ns(uint64_t deadline_ns);
 
+/* A higher class preempted this process lately: keep less queued ahead. */
+static bool recently_preempted(gs_gate *g, uint64_t now)
+{
+    uint64_t preempted = atomic_load_explicit(&g->preempted_ns, memory_order_relaxed);
+    return preempted && now - preempted < GS_GATE_PREEMPTION_MEMORY_NS;
+}
+
 /* Handoff without idle GPU: a slice handed to someone else is released as
  * soon as the gate is closed, while its last work still runs, so the next
  * holder's grant and first submission overlap it. What is queued is already
@@ -400,8 +461,9 @@ static uint64_t wait_for_handoff_point(gs_gate *g, bool preempted)
         return now;
     if (preempted)   /* the waiter's work queues behind the tail anyway: grant it now */
         return queued_end > now ? queued_end : now;
-    if (queued_end > now + HANDOFF_LEAD_NS)
-        sleep_until_ns(queued_end - HANDOFF_LEAD_NS);
+    uint64_t lead = recently_preempted(g, now) ? GS_GATE_PREEMPTED_HANDOFF_LEAD_US * 1000ull : HANDOFF_LEAD_NS;
+    if (queued_end > now + lead)
+        sleep_until_ns(queued_end - lead);
     return monotonic_ns();
 }
 
@@ -515,6 +577,8 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
                  (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
         g->wrap_up = false;
+        if (g->doorbell_pause_until_ns)
+            doorbell_resume_locked(g, "renewed after");
         pthread_cond_broadcast(&g->changed);
         return;
     }
@@ -631,6 +695,7 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
             atomic_store_explicit(&g->preempted_ns, monotonic_ns(), memory_order_relaxed);
         }
         pthread_cond_signal(&g->keeper_wake);
+        g->doorbell_pause_until_ns = 0;
     } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {
         g->revoked_before_grant = token_id;   /* a grant or renewal still on its way */
     }
@@ -647,6 +712,23 @@ void gs_gate_on_connection_lost(gs_gate *g)
         pthread_cond_signal(&g->keeper_wake);
     }
     pthread_mutex_unlock(&g->mu);
+}
+
+/* The listener thread heard a ring (preempt_doorbell.h) that stops this
+ * slice: close the gate as a Revoke would, but keep the token. tokend's
+ * Revoke (about 1 ms behind) ends the slice as usual. */
+static void on_doorbell(void *ctx)
+{
+    gs_gate *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, monotonic_ns()))
+        doorbell_pause_locked(g, "rang");
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority)
+{
+    gs_doorbell_attach(&g->doorbell, socket_path, slot, priority, on_doorbell, g);
 }
 
 void gs_gate_kick_service(gs_gate *g)
@@ -818,8 +900,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
     /* Pace: submit when the running kernel is within the feed-ahead margin
      * of its end, so the GPU stays fed and at most about one kernel is
      * queued past a closing gate. */
-    uint64_t preempted = atomic_load_explicit(&g->preempted_ns, memory_order_relaxed);
-    uint64_t ahead = preempted && now - preempted < GS_GATE_PREEMPTION_MEMORY_NS
+    uint64_t ahead = recently_preempted(g, now)
                          ? GS_GATE_PREEMPTED_FEED_AHEAD_US * 1000ull
                          : GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
     if (queued_end > now + ahead) {
@@ -959,6 +1040,7 @@ void gs_gate_fork_child(gs_gate *g)
     g->service_requested = false;
     g->revoke_pending = false;
     g->wrap_up = false;
+    g->doorbell_pause_until_ns = 0;
     g->token_lost = false;
     g->revoked_before_grant = 0;
     g->newest_end_ns = 0;
@@ -1001,6 +1083,9 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->renewals = atomic_load(&g->n_renewals);
     out->lease_resumes = atomic_load(&g->n_lease_resumes);
     out->wrap_ups = atomic_load(&g->n_wrap_ups);
+    out->doorbell_pauses = atomic_load(&g->n_doorbell_pauses);
+    out->doorbell_unanswered = atomic_load(&g->n_doorbell_unanswered);
+    out->doorbell_rings = atomic_load(&g->doorbell.rings_sent);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

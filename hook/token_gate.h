@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "gslice_cuda_abi.h"
+#include "preempt_doorbell.h"
 
 struct gs_rpc;
 
@@ -71,6 +72,16 @@ struct gs_rpc;
  * in this margin) ahead of its work, not the running one and the next. */
 #define GS_GATE_PREEMPTED_FEED_AHEAD_US 150
 #define GS_GATE_PREEMPTION_MEMORY_NS 10000000000ull
+/* ... and releases a slice handed to another holder this long before its
+ * last kernel ends (1 ms otherwise: token_gate.c, HANDOFF_LEAD_NS). */
+#define GS_GATE_PREEMPTED_HANDOFF_LEAD_US 300
+/* Preemption doorbell (preempt_doorbell.h): a ring pauses the holder's
+ * submissions until tokend's Revoke, for at most this long (the Revoke
+ * takes ~1 ms; a ring tokend does not act on costs no more) ... */
+#define GS_GATE_DOORBELL_PAUSE_NS 3000000ull
+/* ... and after a pause no Revoke followed, rings are ignored this long, so
+ * a tenant ringing at will costs a holder at most 3% of its time. */
+#define GS_GATE_DOORBELL_QUIET_NS 100000000ull
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -119,6 +130,9 @@ typedef struct gs_gate_stats {
     uint64_t renewals;
     uint64_t lease_resumes;
     uint64_t wrap_ups;
+    uint64_t doorbell_pauses;      /* slices paused by a ring */
+    uint64_t doorbell_unanswered;  /* ... that no Revoke followed within the bound */
+    uint64_t doorbell_rings;       /* rings this process sent */
     int32_t interval;
     int state;
     uint32_t quantum_us;
@@ -142,6 +156,9 @@ typedef struct gs_gate {
     bool revoke_pending;
     bool wrap_up;                  /* a long kernel would not fit: renew or end the slice now */
     bool renew_refused;            /* tokend would not renew this slice: hand over at its end */
+    uint64_t doorbell_pause_until_ns; /* a higher class rang: no submissions until the Revoke or then */
+    uint32_t doorbell_generation;  /* the paused slice's `open` value, restored if no Revoke comes */
+    uint64_t doorbell_quiet_until_ns; /* rings ignored until then (one went unanswered) */
     bool token_lost;               /* connection dropped: release without RPC */
     uint64_t revoked_before_grant; /* a Revoke that raced ahead of its grant */
     bool stopping;
@@ -152,6 +169,7 @@ typedef struct gs_gate {
     int n_contexts;
 
     struct gs_rpc *rpc;
+    gs_doorbell doorbell;          /* this GPU's preemption doorbell (unmapped: none) */
     const char *label;             /* for log lines: the socket path */
     void (*service)(void *ctx);    /* run by the keeper when kicked (ledger flush) */
     void *service_ctx;
@@ -176,7 +194,8 @@ typedef struct gs_gate {
     _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
-        n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups;
+        n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups,
+        n_doorbell_pauses, n_doorbell_unanswered;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate
@@ -230,6 +249,9 @@ uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);
 /* Called from the rpc I/O thread (short, never call gs_rpc_*). */
 void gs_gate_on_revoke(gs_gate *g, uint64_t token_id);
 void gs_gate_on_connection_lost(gs_gate *g);
+/* Attached (again): map this GPU's preemption doorbell and take the group's
+ * slot (AttachReply.doorbell_slot; 0: none); priority: the group's class. */
+void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority);
 /* Ask the keeper to run the service hook soon (starts it if needed). */
 void gs_gate_kick_service(gs_gate *g);
 

@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a preempting higher class gets the token at once, while the preempted holder's "
                              "last kernel drains (at-once, the default: one round trip less), or only when "
                              "the holder has released it (at-release: strictly one tenant submitting at a time)")
+    parser.add_argument("--preempt-doorbell", choices=["on", "off"], default="on",
+                        help="keep a preemption doorbell (client.doorbell beside client.sock) through which a "
+                             "preempting client stops the holder's submissions before the Revoke arrives (on, "
+                             "the default), or preempt through the Revoke only (off)")
     parser.add_argument("--cap-period-ms", type=float, default=50.0,
                         help="smooth caps: longest pause between two slices of a group at its limit "
                              "(default 50 ms; 0: the limit holds over the window only)")
@@ -125,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             fake_gpu=GpuInfo.parse(args.fake_gpu) if args.fake_gpu else None,
             metrics_port=args.metrics_port, metrics_address=args.metrics_address, scheduler=config,
             control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT,
-            limits=limits, bypass_policy=args.bypass_policy, process_watch_seconds=args.process_watch_seconds)
+            limits=limits, bypass_policy=args.bypass_policy, process_watch_seconds=args.process_watch_seconds,
+            preempt_doorbell=args.preempt_doorbell == "on")
         asyncio.run(TokenDaemon(options).run())
     except (StartupError, GpuDiscoveryError, StateError) as exc:
         log.error("%s", exc)

@@ -23,7 +23,8 @@ class ClientService:
         return client_pb2.DetachReply()
 
     async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
-        return await self._coordinator.acquire(request.client_id, request.timeout_ms, request.work_item_us)
+        return await self._coordinator.acquire(request.client_id, request.timeout_ms, request.work_item_us,
+                                               doorbell_rang=request.doorbell_rang)
 
     async def ReleaseToken(self, request: client_pb2.ReleaseTokenRequest, context) -> client_pb2.ReleaseTokenReply:
         return self._coordinator.release_token(request)

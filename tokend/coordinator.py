@@ -28,6 +28,7 @@ from .limits import (MAX_GPU_UUID_BYTES, MAX_GROUP_BYTES, MAX_SECRET_BYTES, Atta
                      check_field_length, clamp_u64, printable)
 from .memory_ledger import MemoryLedger
 from .metrics import TokendMetrics
+from .preempt_doorbell import PreemptDoorbell
 from .process_watch import Bypass, GpuProcessUse, find_bypass, kill
 from .rpc_guard import RpcFailure
 from .scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
@@ -81,6 +82,7 @@ class ClientSession:
     control_open: bool = False
     pending_grant: asyncio.Future | None = None
     requested_at: float = 0.0  # monotonic, for the wait histogram
+    doorbell_rang: bool = False  # its pending AcquireToken rang the preemption doorbell
 
 
 class Coordinator:
@@ -113,6 +115,7 @@ class Coordinator:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.doorbell: PreemptDoorbell | None = None  # set by the daemon (tests run without)
         metrics.gpu_info.labels(gpu.uuid, gpu.name).set(1)
 
     # ----------------------------------------------------------------- core
@@ -161,7 +164,7 @@ class Coordinator:
         revoke_write = None
         for decision in decisions:
             if isinstance(decision, Grant):
-                if revoke_write is not None and not decision.renewed:
+                if revoke_write is not None and not decision.renewed and not self._rang(decision.client_id):
                     self._grant_after_revoke_sent(decision, revoke_write)
                 else:
                     self._on_grant(decision)
@@ -174,6 +177,22 @@ class Coordinator:
                 continue
             self.metrics.decisions.labels(type(decision).__name__.lower()).inc()
         self._arm_timer()
+        self._publish_preemptors()
+
+    def _publish_preemptors(self) -> None:
+        """Tell the shims, through the doorbell page, who holds the token and
+        which groups would preempt it (after every scheduler event)."""
+        if self.doorbell is None:
+            return
+        holder = self.scheduler.holder()
+        holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
+        self.doorbell.publish(holder_group, self.scheduler.preemptors(time.monotonic()))
+
+    def _rang(self, client_id: str) -> bool:
+        """Its request rang the doorbell: the holder stopped already (the
+        grant need not wait for the Revoke to be sent)."""
+        session = self.sessions.get(client_id)
+        return session is not None and session.doorbell_rang
 
     def _on_grant(self, grant: Grant) -> None:
         if grant.renewed:
@@ -336,7 +355,8 @@ class Coordinator:
             memory_quota=spec.memory_quota, memory_used=clamp_u64(used), physical_memory=self.gpu.memory_total,
             quantum_min_us=round(self.config.quantum_min * 1e6), quantum_max_us=round(self.config.quantum_max * 1e6),
             grace_us=round(self.config.grace * 1e6), priority=int(spec.priority),
-            on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT))
+            on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT),
+            doorbell_slot=self.doorbell.slot(request.group) if self.doorbell is not None else 0)
 
     def _drop_if_no_control(self, client_id: str) -> None:
         session = self.sessions.get(client_id)
@@ -365,7 +385,8 @@ class Coordinator:
                      session.public_id, session.group, session.pid, reason, freed)
         return True
 
-    async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0) -> client_pb2.AcquireTokenReply:
+    async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0,
+                      doorbell_rang: bool = False) -> client_pb2.AcquireTokenReply:
         session = self.session(client_id)
         if session.pending_grant is not None:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
@@ -374,6 +395,7 @@ class Coordinator:
         waiter = asyncio.get_running_loop().create_future()
         session.pending_grant = waiter
         session.requested_at = time.monotonic()
+        session.doorbell_rang = doorbell_rang
         granted = False
         try:
             self._core(self.scheduler.request, client_id, work_item=work_item_us / 1e6 if work_item_us else None)
@@ -614,6 +636,8 @@ class Coordinator:
         self._members.pop(name, None)
         self._attach_rates.pop(name, None)
         self.ledger.remove_group(name)
+        if self.doorbell is not None:
+            self.doorbell.forget(name)
         self.metrics.forget_group(name)
         self.events.publish("group_deleted", name)
 

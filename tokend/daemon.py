@@ -23,6 +23,8 @@ from gslice.v1 import admin_pb2, client_pb2
 from .client_service import ClientService
 from .admin_service import AdminService
 from .coordinator import DEFAULT_CONTROL_OPEN_TIMEOUT, Coordinator
+from .preempt_doorbell import FILE_NAME as DOORBELL_FILE_NAME
+from .preempt_doorbell import PreemptDoorbell
 from .gpu_discovery import GpuInfo, discover
 from .limits import Limits
 from .process_watch import list_gpu_processes
@@ -57,6 +59,7 @@ class DaemonOptions:
     limits: Limits = Limits()
     bypass_policy: str = "warn"   # none | warn | kill: processes on the GPU that escape gslice
     process_watch_seconds: float = 5.0  # 0: no NVML process watch
+    preempt_doorbell: bool = True  # client.doorbell beside client.sock (tokend/preempt_doorbell.py)
 
 
 def _server_options(limits: Limits) -> list[tuple[str, int]]:
@@ -116,6 +119,13 @@ class TokenDaemon:
                 if _socket_in_use(path):
                     raise StartupError(f"another tokend is serving on {path}; stop it or use another --socket-dir")
                 path.unlink()  # stale, from a daemon that died
+        if options.preempt_doorbell:
+            doorbell_path = self.client_socket_dir / DOORBELL_FILE_NAME
+            try:
+                coordinator.doorbell = PreemptDoorbell(doorbell_path)
+            except OSError as exc:
+                log.warning("preemption doorbell %s not made (%s); preemptions reach the holder through its "
+                            "Revoke only", doorbell_path, exc.strerror)
         log.info("serving GPU %s (%s, %d bytes) with state in %s", gpu.uuid, gpu.name, gpu.memory_total,
                  store.path)
         return coordinator
@@ -182,6 +192,8 @@ class TokenDaemon:
                 loop.remove_signal_handler(signum)
             if metrics_http is not None:
                 metrics_http.shutdown()
+            if coordinator.doorbell is not None:
+                coordinator.doorbell.close()  # the file stays: containers may have it mounted
             for path in (self.client_socket, self.admin_socket, self.pid_file):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()

@@ -1105,6 +1105,46 @@ class Scheduler:
         ordered.sort()
         return [client_id for _, _, client_id in ordered]
 
+    def preemptors(self, now: float) -> frozenset[str]:
+        """Groups a client of which, asking at `now`, would preempt the
+        current holder: not waiting yet, strictly higher class and a tier no
+        worse than the holder's group, not capped out, and ahead of every
+        group already waiting. Published on the preemption doorbell
+        (tokend/preempt_doorbell.py) so such a client can tell the holder to
+        stop before the Revoke reaches it. Exact for a client that reports
+        no work item of quantum_max or more (debt) in an uncapped group; for
+        others a hint (a ring tokend does not follow costs the holder one
+        bounded pause)."""
+        holding = self._holding
+        if holding is None or holding.leased or holding.revoked or not self._groups:
+            return frozenset()
+        holder_group = holding.client.group
+        higher = [group for group in self._groups.values()
+                  if group.priority > holder_group.priority and not group.waiters and group.clients]
+        if not higher:
+            return frozenset()
+        now = self._clock(now)
+        if now >= holding.deadline - _TIME_EPSILON:
+            return frozenset()  # the next event expires it: nobody preempts
+        holder_tier = self._holder_key_tier(now, holding)
+        rival = self._candidate(now)
+        rival_key = None
+        if rival is not None and not self._in_debt(rival[0], rival[1], now):
+            rival_key = rival[2][:3]
+        found = []
+        for group in higher:
+            usage = self._usage(group, now)
+            if group.capped and (group.cap - usage < self.config.quantum_min - _TIME_EPSILON
+                                 or now < group.pace_until - _TIME_EPSILON):
+                continue
+            key = self._order_key(group, usage)
+            if not self._outranks(group, key[0], holder_group, holder_tier):
+                continue
+            if rival_key is not None and rival_key <= key:
+                continue  # a waiter already queued is served first
+            found.append(group.name)
+        return frozenset(found)
+
     def is_waiting(self, client_id: str) -> bool:
         return client_id in self._client(client_id).group.waiters
 

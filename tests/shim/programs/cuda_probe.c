@@ -12,7 +12,9 @@
  *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
  *   cuda_probe fork N KERNEL_NS                child launches N kernels after fork
  *   cuda_probe routes                          which pointers the runtime route hands out
- * ROUTE is "driver" (exported names) or "runtime" (cuGetProcAddress_v2 route). */
+ * ROUTE is "driver" (exported names) or "runtime" (cuGetProcAddress_v2 route).
+ * launch and loop end with the shim's gate counters (shim_revokes=...) when
+ * the shim is preloaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 
 #include "gslice_cuda_abi.h"
 #include "gslice_cuda_driver_api.h"
+#include "../../../hook/shim_api.h"
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
@@ -112,6 +115,18 @@ static CUresult launch_sleep(uint64_t ns)
     return launch(sleep_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
 }
 
+/* The preloaded shim's gate counters (nothing without the shim). */
+static void print_shim_stats(void)
+{
+    int (*stats)(gslice_shim_stats *) = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
+    gslice_shim_stats st;
+    if (!stats || stats(&st) != 0)
+        return;
+    printf("shim_revokes=%llu\nshim_doorbell_pauses=%llu\nshim_doorbell_unanswered=%llu\nshim_doorbell_rings=%llu\n",
+           (unsigned long long)st.revokes, (unsigned long long)st.doorbell_pauses,
+           (unsigned long long)st.doorbell_unanswered, (unsigned long long)st.doorbell_rings);
+}
+
 static int run_launch(int n, uint64_t ns)
 {
     double t0 = now_s();
@@ -120,6 +135,7 @@ static int run_launch(int n, uint64_t ns)
     double queued = now_s() - t0;
     check(ctx_sync(), "cuCtxSynchronize");
     printf("launched=%d\nqueue_seconds=%.6f\nseconds=%.6f\n", n, queued, now_s() - t0);
+    print_shim_stats();
     return 0;
 }
 
@@ -144,6 +160,7 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
     }
     check(ctx_sync(), "cuCtxSynchronize");
     printf("launched=%ld\n", n);
+    print_shim_stats();
     return 0;
 }
 

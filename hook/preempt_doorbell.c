@@ -1,0 +1,174 @@
+/* preempt_doorbell: mapping the page, ringing it, and the listener thread.
+ * See preempt_doorbell.h for the protocol. Slow paths only. */
+#define _GNU_SOURCE
+#include "preempt_doorbell.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Shared (not FUTEX_PRIVATE): the word lives in a file mapping every
+ * process on the GPU shares. */
+static void futex_wait(_Atomic uint32_t *word, uint32_t seen)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static gs_doorbell_page *map_page(const char *socket_path)
+{
+    char path[600];
+    const char *slash = strrchr(socket_path, '/');
+    int dir_len = slash ? (int)(slash - socket_path) : 1;
+    snprintf(path, sizeof path, "%.*s/%s", dir_len, slash ? socket_path : ".", GS_DOORBELL_FILE_NAME);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        GS_INFO("preemption doorbell %s not usable (%s); preemptions wait for tokend's Revoke", path,
+                strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    void *page = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)GS_DOORBELL_SIZE)
+        page = mmap(NULL, GS_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (page == MAP_FAILED) {
+        GS_INFO("preemption doorbell %s not usable (size or mapping: %s); preemptions wait for tokend's Revoke",
+                path, strerror(errno));
+        return NULL;
+    }
+    gs_doorbell_page *p = page;
+    if (p->magic != GS_DOORBELL_MAGIC || p->version != GS_DOORBELL_VERSION || p->slots > GS_DOORBELL_SLOTS) {
+        GS_INFO("preemption doorbell %s has magic %#x version %u (this shim speaks %#x version %u); not used",
+                path, p->magic, p->version, GS_DOORBELL_MAGIC, GS_DOORBELL_VERSION);
+        munmap(page, GS_DOORBELL_SIZE);
+        return NULL;
+    }
+    GS_DEBUG("preemption doorbell %s mapped", path);
+    return p;
+}
+
+static void *listener_main(void *arg)
+{
+    gs_doorbell *d = arg;
+    gs_doorbell_page *p = atomic_load(&d->page);
+    uint32_t seen = atomic_load_explicit(&p->ring_seq, memory_order_acquire);
+    for (;;) {
+        futex_wait(&p->ring_seq, seen);
+        uint32_t now_seq = atomic_load_explicit(&p->ring_seq, memory_order_acquire);
+        if (now_seq == seen)
+            continue;   /* spurious wake-up or EINTR */
+        /* Rings that arrive while one is handled are folded into it: only
+         * the latest matters (they all say "stop submitting"). */
+        seen = now_seq;
+        atomic_fetch_add_explicit(&d->rings_heard, 1, memory_order_relaxed);
+        d->on_ring(d->ctx);
+    }
+    return NULL;
+}
+
+bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, int priority,
+                        void (*on_ring)(void *ctx), void *ctx)
+{
+    atomic_store(&d->slot, slot <= GS_DOORBELL_SLOTS ? slot : 0);
+    atomic_store(&d->priority, priority);
+    if (slot == 0)
+        return atomic_load(&d->page) != NULL;
+    if (!atomic_load(&d->page)) {
+        gs_doorbell_page *p = map_page(socket_path);
+        if (!p)
+            return false;
+        atomic_store(&d->page, p);
+    }
+    d->on_ring = on_ring;
+    d->ctx = ctx;
+    if (d->listener_pid == getpid())
+        return true;
+    /* One listener per process (a forked child starts its own); it never
+     * takes the application's signals and lives until exit. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, listener_main, d);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        GS_WARN("cannot start the preemption doorbell listener (error %d); preemptions wait for tokend's Revoke",
+                rc);
+        return false;
+    }
+    pthread_detach(thread);
+    d->listener_pid = getpid();
+    return true;
+}
+
+bool gs_doorbell_ring_if_preempting(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    if (!p || slot == 0)
+        return false;
+    uint32_t holder = atomic_load_explicit(&p->holder_slot, memory_order_acquire);
+    if (holder == 0 || holder == slot || !atomic_load_explicit(&p->may_preempt[slot - 1], memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&p->ring_slot, slot, memory_order_relaxed);
+    atomic_store_explicit(&p->ring_priority, (uint32_t)atomic_load_explicit(&d->priority, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&p->ring_ns, monotonic_ns(), memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->ring_seq, 1, memory_order_release);
+    futex_wake_all(&p->ring_seq);
+    atomic_fetch_add_explicit(&d->rings_sent, 1, memory_order_relaxed);
+    return true;
+}
+
+bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    if (!p || slot == 0)
+        return false;
+    uint32_t ringer = atomic_load_explicit(&p->ring_slot, memory_order_relaxed);
+    uint64_t rang = atomic_load_explicit(&p->ring_ns, memory_order_relaxed);
+    if (ringer == 0 || ringer > GS_DOORBELL_SLOTS || ringer == slot)
+        return false;
+    if (rang > now_ns || now_ns - rang > GS_DOORBELL_RING_FRESH_NS)
+        return false;
+    return atomic_load_explicit(&p->holder_slot, memory_order_acquire) == slot &&
+           atomic_load_explicit(&p->may_preempt[ringer - 1], memory_order_relaxed);
+}
+
+bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    if (!p || slot == 0)
+        return false;
+    uint32_t ringer = atomic_load_explicit(&p->ring_slot, memory_order_relaxed);
+    uint64_t rang = atomic_load_explicit(&p->ring_ns, memory_order_relaxed);
+    int ringer_priority = (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed);
+    return ringer != 0 && ringer != slot && rang <= now_ns && now_ns - rang <= within_ns &&
+           ringer_priority > atomic_load_explicit(&d->priority, memory_order_relaxed);
+}

@@ -1,0 +1,98 @@
+/* preempt_doorbell: a per-GPU shared page that lets a waiting client of a
+ * higher class tell the token's holder to stop submitting, before tokend's
+ * Revoke gets there.
+ *
+ * Why: a preemption's Revoke takes about 1 ms through tokend (the request's
+ * gRPC call, the scheduler, the holder's Control stream). Meanwhile the
+ * holder keeps its GPU queue fed, and on a GPU that runs one kernel at a
+ * time the preemptor then waits for that millisecond plus the kernel
+ * running when the Revoke lands, often plus the next one. With the
+ * doorbell the holder stops within tens of microseconds of the request, so
+ * the preemptor waits for the larger of the kernel running and its own
+ * grant, not their sum.
+ *
+ * The page (GS_DOORBELL_FILE_NAME beside client.sock, made by tokend,
+ * layout below, mirrored in tokend/preempt_doorbell.py):
+ *   - tokend writes `holder_slot` (the group slot of the token's holder,
+ *     slot + 1; 0: none) and, per group slot, `may_preempt[slot]`: a client
+ *     of that group asking now would preempt the holder (a hint, recomputed
+ *     at every scheduler event);
+ *   - a client about to ask for a token whose own flag is set rings:
+ *     writes its slot + 1, its class and the time, bumps `ring_seq` and
+ *     wakes every process waiting on it (a shared futex);
+ *   - each process's listener thread wakes on a ring; when it holds the
+ *     token, its group is `holder_slot` and the ringer's flag is set, the
+ *     gate pauses (token_gate.c) until tokend's Revoke or a short bound;
+ *   - a process granted a token just after a ring of a higher class than
+ *     its own pauses the same way: the ringer's request was on its way, and
+ *     tokend hands this token over as soon as it arrives.
+ * Nothing here grants anything: the waiter still waits for tokend's grant,
+ * and a pause is charged to the holder like any part of its slice. A ring
+ * tokend does not follow with a Revoke costs the holder at most the pause
+ * bound, after which it ignores rings for a while (token_gate.h): a tenant
+ * that rings at will (it can write the page) slows others by a bounded
+ * fraction and gains nothing. */
+#ifndef GSLICE_PREEMPT_DOORBELL_H
+#define GSLICE_PREEMPT_DOORBELL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GS_DOORBELL_FILE_NAME "client.doorbell"
+#define GS_DOORBELL_MAGIC 0x42445347u /* "GSDB", little-endian */
+#define GS_DOORBELL_VERSION 1u
+#define GS_DOORBELL_SIZE 4096u
+#define GS_DOORBELL_FLAGS_OFFSET 64u
+#define GS_DOORBELL_SLOTS (GS_DOORBELL_SIZE - GS_DOORBELL_FLAGS_OFFSET)
+/* A ring older than this when its listener gets to it is ignored. */
+#define GS_DOORBELL_RING_FRESH_NS 5000000ull
+
+typedef struct gs_doorbell_page {
+    uint32_t magic;                 /* 0  GS_DOORBELL_MAGIC */
+    uint32_t version;               /* 4  GS_DOORBELL_VERSION */
+    uint32_t slots;                 /* 8  flags in use: GS_DOORBELL_SLOTS */
+    uint32_t reserved;              /* 12 */
+    _Atomic uint32_t ring_seq;      /* 16 bumped by each ring: the futex word */
+    _Atomic uint32_t ring_slot;     /* 20 the last ringer's group slot + 1 */
+    _Atomic uint64_t ring_ns;       /* 24 when it rang (CLOCK_MONOTONIC) */
+    _Atomic uint32_t holder_slot;   /* 32 tokend: the holder's group slot + 1, 0: none */
+    _Atomic uint32_t ring_priority; /* 36 the last ringer's class (gslice.v1.Priority) */
+    uint8_t pad[GS_DOORBELL_FLAGS_OFFSET - 40];
+    _Atomic uint8_t may_preempt[GS_DOORBELL_SLOTS]; /* 64 tokend: per group slot */
+} gs_doorbell_page;
+
+_Static_assert(sizeof(gs_doorbell_page) == GS_DOORBELL_SIZE, "doorbell page layout");
+
+typedef struct gs_doorbell {
+    _Atomic(gs_doorbell_page *) page;   /* NULL: no doorbell (old tokend, not writable) */
+    _Atomic uint32_t slot;              /* this process's group slot + 1 (from Attach); 0: none */
+    _Atomic int priority;               /* its group's class (from Attach) */
+    void (*on_ring)(void *ctx);         /* run on the listener thread for every ring */
+    void *ctx;
+    pid_t listener_pid;                 /* the process that started the listener (fork) */
+    _Atomic uint64_t rings_sent;
+    _Atomic uint64_t rings_heard;
+} gs_doorbell;
+
+/* Map the doorbell beside socket_path (once per process; later calls only
+ * update the slot, e.g. after a reconnect) and start the listener thread.
+ * slot: AttachReply.doorbell_slot (0: tokend offers none: nothing is
+ * mapped). Returns whether the doorbell is usable. */
+bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, int priority,
+                        void (*on_ring)(void *ctx), void *ctx);
+/* About to ask for a token: ring when tokend says this group would preempt
+ * the holder. Returns whether it rang. */
+bool gs_doorbell_ring_if_preempting(gs_doorbell *d);
+/* On the listener thread: does the last ring stop this process's slice?
+ * (It holds the token, its group is the holder tokend published, the
+ * ringer's group may preempt it, and the ring is fresh.) */
+bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns);
+/* Just granted a token: did a client of a higher class than this one ring
+ * in the last within_ns? (Its request may be on its way to tokend, which
+ * then takes this token back at once; tokend's flags cannot say, as they
+ * are cleared once that request arrives.) */
+bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns);
+
+#endif

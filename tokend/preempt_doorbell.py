@@ -1,0 +1,103 @@
+"""tokend's side of the preemption doorbell: the shared page beside
+client.sock through which a waiting client of a higher class tells the
+token's holder to stop submitting before the Revoke reaches it.
+
+The protocol and the page's layout are hook/preempt_doorbell.h's; this
+module mirrors the layout. tokend owns the page: it writes the holder's
+group slot and, per group slot, whether a client of that group asking now
+would preempt the holder (``Scheduler.preemptors``). The shims ring and
+listen; tokend never reads the rings (the shims count them).
+
+The file is opened, never replaced: a container that bind-mounts it keeps
+the same inode across daemon restarts. It is mode 0666 like client.sock:
+any tenant can ring (see docs/security.md for what that allows).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+FILE_NAME = "client.doorbell"
+MAGIC = 0x42445347  # "GSDB" little-endian
+VERSION = 1
+SIZE = 4096
+FLAGS_OFFSET = 64
+SLOTS = SIZE - FLAGS_OFFSET
+_HEADER = struct.Struct("<IIII")        # magic, version, slots, reserved
+_HOLDER_SLOT = struct.Struct("<I")      # at 32
+_HOLDER_SLOT_OFFSET = 32  # then ring_priority (u32) at 36, written by the shims
+
+
+class PreemptDoorbell:
+    """The page, and the group -> slot numbering (slot + 1 on the wire)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            os.fchmod(fd, 0o666)  # the umask must not keep tenants of other uids out
+            if os.fstat(fd).st_size < SIZE:
+                os.ftruncate(fd, SIZE)
+            self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        # A previous daemon's flags and holder mean nothing now; the ring
+        # counter is left alone (listeners compare it with what they saw).
+        self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
+        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
+        self._map[0:_HEADER.size] = _HEADER.pack(MAGIC, VERSION, SLOTS, 0)
+        self._slots: dict[str, int] = {}
+        self._free: list[int] = []
+        self._next = 0
+        self._flagged: set[int] = set()
+        self._holder = 0
+
+    def slot(self, group: str) -> int:
+        """The group's slot + 1 (stable while the group exists); 0 when the
+        page is full (that group's clients then never ring)."""
+        index = self._slots.get(group)
+        if index is None:
+            if self._free:
+                index = self._free.pop()
+            elif self._next < SLOTS:
+                index = self._next
+                self._next += 1
+            else:
+                return 0
+            self._slots[group] = index
+        return index + 1
+
+    def forget(self, group: str) -> None:
+        index = self._slots.pop(group, None)
+        if index is not None:
+            self._map[FLAGS_OFFSET + index] = 0
+            self._flagged.discard(index)
+            self._free.append(index)
+
+    def publish(self, holder_group: str | None, preemptors: frozenset[str]) -> None:
+        """The holder's group and the groups that would preempt it now."""
+        holder = self.slot(holder_group) if holder_group is not None else 0
+        flagged = {self._slots[name] for name in preemptors if self.slot(name)}
+        # Flags first, then the holder: a shim that sees the new holder sees
+        # the flags that go with it (x86 stores are ordered; mmap writes are
+        # plain stores).
+        for index in self._flagged - flagged:
+            self._map[FLAGS_OFFSET + index] = 0
+        for index in flagged - self._flagged:
+            self._map[FLAGS_OFFSET + index] = 1
+        self._flagged = flagged
+        if holder != self._holder:
+            self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = _HOLDER_SLOT.pack(holder)
+            self._holder = holder
+
+    def close(self) -> None:
+        """Leave the file (a container may hold it mounted); clear what it says."""
+        self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
+        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
+        self._map.close()
+
+    def read_ring(self) -> tuple[int, int, int]:
+        """(ring_seq, ring_slot, ring_ns) as the shims left them (tests, status)."""
+        return struct.unpack_from("<IIQ", self._map, 16)
