@@ -10,7 +10,9 @@
  * (~1 ms of GPU time each) are queued past the token.
  *
  * A per-gate "keeper" thread ends slices: at quantum expiry, on a Revoke
- * from tokend, or when no launch happened for a while (idle). At quantum
+ * from tokend, or when no launch happened for a while (idle). A ring of the
+ * preemption doorbell (preempt_doorbell.h) closes the gate ahead of the
+ * Revoke but keeps the token: a pause of at most GS_GATE_DOORBELL_PAUSE_NS. At quantum
  * expiry it first asks tokend to renew the slice (RenewToken): when nobody
  * else would be served the slice goes on with the gate open, no drain, no
  * gap. Otherwise it closes the gate, synchronises every context that

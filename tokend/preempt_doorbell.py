@@ -19,7 +19,8 @@ import os
 import struct
 from pathlib import Path
 
-FILE_NAME = "client.doorbell"
+from gslice.paths import DOORBELL_FILE_NAME as FILE_NAME  # one name for tokend, the CDI specs and tests
+
 MAGIC = 0x42445347  # "GSDB" little-endian
 VERSION = 1
 SIZE = 4096

@@ -9,6 +9,8 @@ from pathlib import Path
 DEFAULT_SOCKET_DIR = Path("/run/gslice")
 DEFAULT_STATE_DIR = Path("/var/lib/gslice")
 CLIENT_SOCKET_NAME = "client.sock"
+# Beside client.sock: the preemption doorbell page (hook/preempt_doorbell.h).
+DOORBELL_FILE_NAME = "client.doorbell"
 ADMIN_SOCKET_NAME = "admin.sock"
 PID_FILE_NAME = "tokend.pid"
 GROUPS_FILE_NAME = "groups.json"

@@ -142,7 +142,9 @@ def test_cli_tokend_runs_the_daemon_until_sigint(tmp_path):
             time.sleep(0.05)
         daemon.send_signal(signal.SIGINT)
         assert daemon.wait(timeout=20) == 0
-        assert sorted(os.listdir(socket_dir)) == []
+        # Sockets and pid file gone; the doorbell page stays (a pod may have
+        # that file mounted: a new daemon opens the same inode).
+        assert sorted(os.listdir(socket_dir)) == ["client.doorbell"]
     finally:
         if daemon.poll() is None:
             daemon.kill()

@@ -98,3 +98,17 @@ def test_nvidia_spec_is_found_in_json_and_yaml(tmp_path):
         f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: {uuid}\n  containerEdits: {{}}\n")
     assert cdi.nvidia_device_id([tmp_path], uuid) == f"nvidia.com/gpu={uuid}"
     assert cdi.nvidia_device_id([tmp_path], "GPU-other") is None
+
+
+def test_the_doorbell_is_mounted_writable_only_when_tokend_keeps_one():
+    without = cdi.build_spec("gslice.dev", {"x": EDITS})["devices"][0]["containerEdits"]["mounts"]
+    assert all(m["containerPath"] != "/run/gslice/socket/client.doorbell" for m in without)
+    assert all("ro" in m["options"] for m in without)
+    doorbell = Path("/run/gslice/gpu0/client/client.doorbell")
+    spec = cdi.build_spec("gslice.dev", {"x": cdi.ClaimEdits(**{**EDITS.__dict__, "doorbell_file": doorbell})})
+    assert cdi_rules.problems(spec) == []
+    mounts = spec["devices"][0]["containerEdits"]["mounts"]
+    [bell] = [m for m in mounts if m["containerPath"] == "/run/gslice/socket/client.doorbell"]
+    assert bell["hostPath"] == str(doorbell) and "rw" in bell["options"] and "ro" not in bell["options"]
+    # Over its name inside the (read-only) socket directory: after it.
+    assert mounts.index(bell) > [m["containerPath"] for m in mounts].index("/run/gslice/socket")

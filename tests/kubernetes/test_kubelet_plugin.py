@@ -106,6 +106,13 @@ def test_prepare_and_unprepare_twice(node):
     assert mounts["/run/gslice/socket"] == str(node.tokend.client_socket_dir)
     assert not (Path(mounts["/run/gslice/socket"]) / "admin.sock").exists()
     assert mounts["/run/gslice/group-secret"] == str(secret_file)
+    # The preemption doorbell: the one file a tenant writes, mounted over its
+    # name after (inside) the read-only socket directory.
+    order = [m["containerPath"] for m in spec["devices"][0]["containerEdits"]["mounts"]]
+    options = {m["containerPath"]: m["options"] for m in spec["devices"][0]["containerEdits"]["mounts"]}
+    assert mounts["/run/gslice/socket/client.doorbell"] == str(node.tokend.client_socket_dir / "client.doorbell")
+    assert order.index("/run/gslice/socket") < order.index("/run/gslice/socket/client.doorbell")
+    assert "rw" in options["/run/gslice/socket/client.doorbell"] and "ro" in options["/run/gslice/socket"]
     assert Checkpoint(node.config.checkpoint_path).get(uid).state == "prepared"
 
     for _ in range(2):

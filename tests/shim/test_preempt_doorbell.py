@@ -13,7 +13,7 @@ import time
 import pytest
 
 from shim_harness import group_env, parse_kv, wait_for_line
-from tokend import preempt_doorbell
+from gslice.tokend import preempt_doorbell
 
 MS = 1_000_000  # ns
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())

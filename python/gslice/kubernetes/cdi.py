@@ -29,6 +29,9 @@ CONTAINER_SOCKET_DIR = f"{CONTAINER_ROOT}/socket"
 CONTAINER_SECRET_FILE = f"{CONTAINER_ROOT}/group-secret"
 SHIM_NAME = "libgslice.so"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
+# The preemption doorbell is the one thing a tenant writes: mounted over its
+# name inside the read-only socket directory.
+DOORBELL_MOUNT_OPTIONS = ["rw", "nosuid", "nodev", "bind"]
 
 # Naming rules of the CDI spec: vendor and class of the kind, device names.
 _VENDOR = re.compile(r"[A-Za-z]([A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -72,6 +75,9 @@ class ClaimEdits:
     client_socket_dir: Path  # host folder holding tokend's client.sock only
     secret_file: Path       # host file with the group secret
     group: str
+    # tokend's preemption doorbell beside client.sock (None: tokend keeps none,
+    # e.g. --preempt-doorbell off; preemptions then go through the Revoke only)
+    doorbell_file: Path | None = None
 
 
 def _container_edits(edits: ClaimEdits) -> dict:
@@ -88,6 +94,9 @@ def _container_edits(edits: ClaimEdits) -> dict:
             {"hostPath": str(edits.client_socket_dir), "containerPath": CONTAINER_SOCKET_DIR,
              "options": MOUNT_OPTIONS},
             {"hostPath": str(edits.secret_file), "containerPath": CONTAINER_SECRET_FILE, "options": MOUNT_OPTIONS},
+            *([{"hostPath": str(edits.doorbell_file),
+                "containerPath": f"{CONTAINER_SOCKET_DIR}/{paths.DOORBELL_FILE_NAME}",
+                "options": DOORBELL_MOUNT_OPTIONS}] if edits.doorbell_file else []),
         ],
     }
 

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gslice import paths
 from gslice.atomic_file import write_atomically
 from gslice.errors import AlreadyExists, DaemonUnavailable, GsliceError, NotFound
 
@@ -116,9 +117,11 @@ class Driver:
                 for plan in plans:
                     secret = self._converge_group(plan)
                     secret_file = self._write_secret(Path(entry.claim_dir), SECRET_FILE_NAME + plan.suffix, secret)
+                    doorbell = plan.gpu.client_socket_dir / paths.DOORBELL_FILE_NAME
                     edits[plan.cdi_name] = cdi.ClaimEdits(
                         shim_lib_dir=self.config.shim_lib_dir(), client_socket_dir=plan.gpu.client_socket_dir,
-                        secret_file=secret_file, group=plan.group)
+                        secret_file=secret_file, group=plan.group,
+                        doorbell_file=doorbell if doorbell.is_file() else None)
                 spec = cdi.build_spec(self.config.driver_name, edits)
                 cdi.write_spec(spec_file, spec)
                 ids = cdi.device_ids(spec)
