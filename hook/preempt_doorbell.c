@@ -144,31 +144,34 @@ bool gs_doorbell_ring_if_preempting(gs_doorbell *d)
     return true;
 }
 
-bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns)
+/* The page and the last ring, when that ring came from another group within
+ * within_ns of now_ns (NULL otherwise). */
+static gs_doorbell_page *fresh_ring_from_another_group(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns,
+                                                       uint32_t *ringer)
 {
     gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
     uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
     if (!p || slot == 0)
-        return false;
-    uint32_t ringer = atomic_load_explicit(&p->ring_slot, memory_order_relaxed);
+        return NULL;
+    *ringer = atomic_load_explicit(&p->ring_slot, memory_order_relaxed);
     uint64_t rang = atomic_load_explicit(&p->ring_ns, memory_order_relaxed);
-    if (ringer == 0 || ringer > GS_DOORBELL_SLOTS || ringer == slot)
-        return false;
-    if (rang > now_ns || now_ns - rang > GS_DOORBELL_RING_FRESH_NS)
-        return false;
-    return atomic_load_explicit(&p->holder_slot, memory_order_acquire) == slot &&
+    if (*ringer == 0 || *ringer > GS_DOORBELL_SLOTS || *ringer == slot || rang > now_ns || now_ns - rang > within_ns)
+        return NULL;
+    return p;
+}
+
+bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns)
+{
+    uint32_t ringer;
+    gs_doorbell_page *p = fresh_ring_from_another_group(d, now_ns, GS_DOORBELL_RING_FRESH_NS, &ringer);
+    return p && atomic_load_explicit(&p->holder_slot, memory_order_acquire) == atomic_load(&d->slot) &&
            atomic_load_explicit(&p->may_preempt[ringer - 1], memory_order_relaxed);
 }
 
 bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns)
 {
-    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
-    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
-    if (!p || slot == 0)
-        return false;
-    uint32_t ringer = atomic_load_explicit(&p->ring_slot, memory_order_relaxed);
-    uint64_t rang = atomic_load_explicit(&p->ring_ns, memory_order_relaxed);
-    int ringer_priority = (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed);
-    return ringer != 0 && ringer != slot && rang <= now_ns && now_ns - rang <= within_ns &&
-           ringer_priority > atomic_load_explicit(&d->priority, memory_order_relaxed);
+    uint32_t ringer;
+    gs_doorbell_page *p = fresh_ring_from_another_group(d, now_ns, within_ns, &ringer);
+    return p && (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed) >
+                    atomic_load_explicit(&d->priority, memory_order_relaxed);
 }
