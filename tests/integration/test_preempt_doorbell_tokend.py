@@ -118,3 +118,29 @@ def test_a_restart_keeps_the_files_inode_and_clears_what_it_said(tokend_factory)
     assert page[preempt_doorbell.FLAGS_OFFSET:] == bytes(preempt_doorbell.SLOTS)
     # The groups came back from the state directory; their clients attach anew.
     assert tokend.shim_client("low", low.secret).attach_reply.doorbell_slot > 0
+
+
+def test_the_flag_is_cleared_while_the_higher_class_waits_for_a_release(tokend_factory):
+    # at-release: the holder keeps the token until it gives it back.
+    tokend = tokend_factory(extra_args=LONG_GRACE + ["--preempt-handover", "at-release"])
+    admin, low, high = _low_and_high(tokend)
+    holder = tokend.shim_client("low", low.secret)
+    token = holder.acquire()
+    urgent = tokend.shim_client("high", high.secret)
+    high_slot = urgent.attach_reply.doorbell_slot
+    assert _flag(_page(tokend), high_slot) == 1
+    granted: list[int] = []
+    asking = threading.Thread(target=lambda: granted.append(urgent.acquire(timeout_ms=20000)))
+    asking.start()
+    try:
+        event = holder.next_event(timeout=10)
+        assert event is not None and event.WhichOneof("event") == "revoke"
+        assert urgent.public_id in admin.status().waiting_client_ids
+        page = _page(tokend)
+        assert _holder_slot(page) == holder.attach_reply.doorbell_slot
+        assert _flag(page, high_slot) == 0
+    finally:
+        holder.release(token, used_us=1000)
+        asking.join(timeout=30)
+    assert granted
+    assert _holder_slot(_page(tokend)) == high_slot
