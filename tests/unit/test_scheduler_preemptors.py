@@ -6,6 +6,8 @@ and, with preempt_handover, a Grant to the asker in the same step); an
 unflagged one's does not."""
 from __future__ import annotations
 
+import pytest
+
 from gslice.tokend.scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
 
 GIB = 1 << 30
@@ -112,29 +114,52 @@ def test_nothing_is_flagged_once_the_holders_deadline_has_passed():
     assert s.preemptions == {"lo": 0, "hi": 0}
 
 
-def tiers_setup() -> Scheduler:
-    """hi (request 0.1) used 0.15 s from 0 to 0.15; then lo (request 0.5)
-    holds from 0.15. hi is at or above its request until 1.05; lo rises past
-    its request at 0.65."""
-    s = scheduler(("lo", 0.5, 1.0, LOW, ["l1"]), ("hi", 0.1, 1.0, HIGH, ["h1", "h2"]))
+def hi_then_lo(s: Scheduler, lo_asks: float, hi_releases: float) -> Scheduler:
+    """h1 takes the token at 0 and uses it until `hi_releases`; l1, asking
+    at `lo_asks`, gets it then (and keeps it: the grace is long)."""
     s.request("h1", 0.0)
-    s.request("l1", 0.1)
-    assert [d.client_id for d in s.release("h1", 1, 0.15, 0.15)] == ["l1"]
+    s.request("l1", lo_asks)
+    assert [d.client_id for d in s.release("h1", 1, hi_releases, hi_releases)] == ["l1"]
     return s
 
 
-def test_a_higher_class_in_a_worse_tier_than_the_holder_is_not_flagged():
-    s = tiers_setup()
-    assert s.usage("hi", 0.2) >= 0.1 > s.usage("lo", 0.2) / 5  # hi tier 1, lo tier 0
-    assert s.preemptors(0.2) == frozenset()
-    assert_does_not_preempt(s, "h1", 0.2)
+def tiers_setup() -> Scheduler:
+    """hi (request 0.1) used 0.15 s; lo (request 0.5) holds from 0.15. hi is
+    at or above its request until 1.05; lo rises past its request at 0.65."""
+    return hi_then_lo(scheduler(("lo", 0.5, 1.0, LOW, ["l1"]), ("hi", 0.1, 1.0, HIGH, ["h1", "h2"])), 0.1, 0.15)
 
 
-def test_a_higher_class_is_flagged_once_the_holder_reaches_its_tier():
-    s = tiers_setup()
-    assert s.usage("lo", 0.7) >= 0.5  # both tier 1 now: the class decides
-    assert s.preemptors(0.7) == {"hi"}
-    assert_preempts(s, "h1", 0.7)
+def room_setup() -> Scheduler:
+    """hi is capped at 0.1 (window cap only) and used it all from 0 to 0.1,
+    so it has room again from 1.1; lo (request 0.1) holds from 0.1 and is at
+    its request from 0.2 (both tier 1 at 0.25)."""
+    return hi_then_lo(scheduler(("lo", 0.1, 1.0, LOW, ["l1"]), ("hi", 0.1, 0.1, HIGH, ["h1"])), 0.05, 0.1)
+
+
+def pause_setup() -> Scheduler:
+    """Smooth caps on: hi (limit 0.2) used 0.05 s from 0, so it pauses until
+    0.05 / 0.2 = 0.25; lo holds from 0.05 (both below their requests)."""
+    config = SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=2.0, cap_period=0.05)
+    return hi_then_lo(scheduler(("lo", 0.5, 1.0, LOW, ["l1"]), ("hi", 0.1, 0.2, HIGH, ["h1"]), config=config),
+                      0.01, 0.05)
+
+
+@pytest.mark.parametrize("setup, now, flagged", [
+    (tiers_setup, 0.2, False),   # hi at its request (tier 1), lo below it (tier 0)
+    (tiers_setup, 0.7, True),    # lo past its request too: the class decides
+    (room_setup, 0.25, False),   # hi has no room under its limit
+    (room_setup, 1.15, True),    # its slice left the window
+    (pause_setup, 0.1, False),   # hi inside its smooth-cap pause
+    (pause_setup, 0.3, True),    # after it
+], ids=["worse-tier", "same-tier", "no-room", "room-back", "cap-pause", "pause-over"])
+def test_a_higher_class_is_flagged_exactly_when_its_request_preempts(setup, now, flagged):
+    s = setup()
+    if flagged:
+        assert s.preemptors(now) == {"hi"}
+        assert_preempts(s, "h1", now)
+    else:
+        assert s.preemptors(now) == frozenset()
+        assert_does_not_preempt(s, "h1", now)
 
 
 def test_a_group_that_waits_already_is_not_flagged():
@@ -147,65 +172,11 @@ def test_a_group_that_waits_already_is_not_flagged():
     assert [type(d) for d in decisions] == [Revoke, Grant] and decisions[1].client_id == "h1"
 
 
-def room_setup() -> Scheduler:
-    """hi is capped at 0.1 (window cap only) and used it all from 0 to 0.1;
-    lo (request 0.1) holds from 0.1 and is at its request from 0.2."""
-    s = scheduler(("lo", 0.1, 1.0, LOW, ["l1"]), ("hi", 0.1, 0.1, HIGH, ["h1"]))
-    s.request("h1", 0.0)
-    s.request("l1", 0.05)
-    assert [d.client_id for d in s.release("h1", 1, 0.1, 0.1)] == ["l1"]
-    return s
-
-
-def test_a_higher_class_without_room_under_its_limit_is_not_flagged():
-    s = room_setup()
-    assert s.preemptors(0.25) == frozenset()
-    assert_does_not_preempt(s, "h1", 0.25)
-
-
-def test_a_capped_higher_class_is_flagged_once_its_room_is_back():
-    s = room_setup()
-    assert s.usage("hi", 1.15) == 0.0  # its slice left the window
-    assert s.preemptors(1.15) == {"hi"}
-    assert_preempts(s, "h1", 1.15)
-
-
-def pause_setup() -> Scheduler:
-    """Smooth caps on: hi (limit 0.2) used 0.05 s from 0, so it pauses until
-    0.05 / 0.2 = 0.25; lo holds from 0.05."""
-    config = SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=2.0, cap_period=0.05)
-    s = scheduler(("lo", 0.5, 1.0, LOW, ["l1"]), ("hi", 0.1, 0.2, HIGH, ["h1"]), config=config)
-    s.request("h1", 0.0)
-    s.request("l1", 0.01)
-    assert [d.client_id for d in s.release("h1", 1, 0.05, 0.05)] == ["l1"]
-    return s
-
-
-def test_a_higher_class_in_its_smooth_cap_pause_is_not_flagged():
-    s = pause_setup()
-    assert s.preemptors(0.1) == frozenset()
-    assert_does_not_preempt(s, "h1", 0.1)
-
-
-def test_a_higher_class_is_flagged_after_its_smooth_cap_pause():
-    s = pause_setup()
-    assert s.preemptors(0.3) == {"hi"}
-    assert_preempts(s, "h1", 0.3)
-
-
-def rival_setup() -> Scheduler:
-    """hi (request 0.1) used 0.15 s; lo (request 0.1) holds from 0.15 and is
-    past its request from 0.25: both tier 1. lo2 is of lo's class."""
-    s = scheduler(("lo", 0.1, 1.0, LOW, ["l1"]), ("lo2", 0.1, 1.0, LOW, ["r1"]),
-                  ("hi", 0.1, 1.0, HIGH, ["h1"]))
-    s.request("h1", 0.0)
-    s.request("l1", 0.1)
-    s.release("h1", 1, 0.15, 0.15)
-    return s
-
-
 def test_a_waiter_queued_with_a_better_key_is_served_first():
-    s = rival_setup()
+    # hi (request 0.1) used 0.15 s; lo (request 0.1) holds from 0.15, past
+    # its request from 0.25: both tier 1. lo2 is of lo's class.
+    s = hi_then_lo(scheduler(("lo", 0.1, 1.0, LOW, ["l1"]), ("lo2", 0.1, 1.0, LOW, ["r1"]),
+                             ("hi", 0.1, 1.0, HIGH, ["h1"])), 0.1, 0.15)
     assert s.preemptors(0.3) == {"hi"}
     assert_does_not_preempt(s, "r1", 0.3)  # lo2: tier 0, but of the holder's class
     assert s.preemptors(0.3) == frozenset()  # r1 (tier 0) goes before any client of hi (tier 1)
