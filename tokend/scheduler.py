@@ -734,14 +734,22 @@ class Scheduler:
                 return low + need + self._window
             need -= length
             if need <= point:
-                # The point leaves with its interval: once now - window >= end
-                # (exactly, in floats, or _usage keeps it one more call).
-                moment = end + self._window
-                while moment - self._window < end:
-                    moment = math.nextafter(moment, math.inf)
-                return moment
+                return self._leaves_window(end)  # the point leaves with its interval
             need -= point
+        if target >= 0.0 and group.intervals:
+            # Round-off: `usage` (a running sum) exceeds the intervals' lengths
+            # by a hair. Once the last interval leaves, usage is exactly 0.
+            return self._leaves_window(group.intervals[-1][1])
         return None  # target below zero: never
+
+    def _leaves_window(self, end: float) -> float:
+        """Earliest time at which an interval ending at `end` is out of the
+        window: now - window >= end exactly, in floats (else _usage keeps it
+        one more call)."""
+        moment = end + self._window
+        while moment - self._window < end:
+            moment = math.nextafter(moment, math.inf)
+        return moment
 
     # ---------------------------------------------------------------- choice
 
