@@ -734,14 +734,22 @@ class Scheduler:
                 return low + need + self._window
             need -= length
             if need <= point:
-                # The point leaves with its interval: once now - window >= end
-                # (exactly, in floats, or _usage keeps it one more call).
-                moment = end + self._window
-                while moment - self._window < end:
-                    moment = math.nextafter(moment, math.inf)
-                return moment
+                return self._leaves_window(end)  # the point leaves with its interval
             need -= point
+        if target >= 0.0 and group.intervals:
+            # Round-off: `usage` (a running sum) exceeds the intervals' lengths
+            # by a hair. Once the last interval leaves, usage is exactly 0.
+            return self._leaves_window(group.intervals[-1][1])
         return None  # target below zero: never
+
+    def _leaves_window(self, end: float) -> float:
+        """Earliest time at which an interval ending at `end` is out of the
+        window: now - window >= end exactly, in floats (else _usage keeps it
+        one more call)."""
+        moment = end + self._window
+        while moment - self._window < end:
+            moment = math.nextafter(moment, math.inf)
+        return moment
 
     # ---------------------------------------------------------------- choice
 
@@ -795,19 +803,21 @@ class Scheduler:
             return False
         return not self._capped_out(group, self._usage(group, now), now)
 
-    def _in_debt(self, group: _Group, usage: float, now: float) -> bool:
+    def _in_debt(self, group: _Group, usage: float, now: float, also_contending: _Group | None = None) -> bool:
         """Debt: the group is ahead of the pace of a contending group by more
         than its own fair slice minus half its work item. It waits (the GPU
         goes to the others) until paid back, so an overrun or a work item
         longer than a slice is paid back before it is served again, and its
-        long-run share stays right whatever its kernels' length."""
+        long-run share stays right whatever its kernels' length.
+        `also_contending`: a group counted as contending whatever it does
+        now (one about to ask, see preemptors)."""
         head = self._clients[next(iter(group.waiters))] if group.waiters else None
         if head is None or head.work_item < self.config.quantum_max:
             # Work that fits in slices is kept in proportion by the fair slice
             # alone; holding such a group back would only idle the GPU (and
             # delay a bursty group that used idle capacity before).
             return False
-        fair = self._fair_slice(group, usage, now, contending_only=True)
+        fair = self._fair_slice(group, usage, now, contending_only=True, also_contending=also_contending)
         if fair is None:
             return False
         # Spacing: after a work item it waits item x (1 - f) / f (f: its
@@ -913,7 +923,8 @@ class Scheduler:
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
 
-    def _fair_slice(self, granted: _Group, usage: float, now: float, contending_only: bool = False) -> float | None:
+    def _fair_slice(self, granted: _Group, usage: float, now: float, contending_only: bool = False,
+                    also_contending: _Group | None = None) -> float | None:
         """Slice length that keeps the active groups' usage proportional to
         their requests (None when no other group is active).
 
@@ -926,7 +937,7 @@ class Scheduler:
         (so overruns and early releases are paid back, and a group that
         fell behind catches up). Active = waiting, or released within the
         last quantum_max; with `contending_only`, groups that could use the
-        GPU now (see _contending)."""
+        GPU now (see _contending), and `also_contending`."""
         recent = now - self.config.quantum_max
         slowest_pace = math.inf
         largest_request = granted.request_usage
@@ -934,7 +945,7 @@ class Scheduler:
             if group is granted:
                 continue
             if contending_only:
-                if not self._contending(group, now):
+                if group is not also_contending and not self._contending(group, now):
                     continue
             elif not group.waiters and group.last_active < recent:
                 continue
@@ -1109,12 +1120,14 @@ class Scheduler:
         """Groups a client of which, asking at `now`, would preempt the
         current holder: not waiting yet, strictly higher class and a tier no
         worse than the holder's group, not capped out, and ahead of every
-        group already waiting. Published on the preemption doorbell
-        (tokend/preempt_doorbell.py) so such a client can tell the holder to
-        stop before the Revoke reaches it. Exact for a client that reports
-        no work item of quantum_max or more (debt) in an uncapped group; for
-        others a hint (a ring tokend does not follow costs the holder one
-        bounded pause)."""
+        group already waiting that is not in debt once it asks (it then
+        contends: a waiter with long work items may fall into debt).
+        Published on the preemption doorbell (tokend/preempt_doorbell.py)
+        so such a client can tell the holder to stop before the Revoke
+        reaches it. Exact, as of the latest event, for a client that
+        reports no work item of quantum_max or more (debt) in an uncapped
+        group; for others a hint (a ring tokend does not follow costs the
+        holder one bounded pause)."""
         holding = self._holding
         if holding is None or holding.leased or holding.revoked or not self._groups:
             return frozenset()
@@ -1127,10 +1140,11 @@ class Scheduler:
         if now >= holding.deadline - _TIME_EPSILON:
             return frozenset()  # the next event expires it: nobody preempts
         holder_tier = self._holder_key_tier(now, holding)
-        rival = self._candidate(now)
-        rival_key = None
-        if rival is not None and not self._in_debt(rival[0], rival[1], now):
-            rival_key = rival[2][:3]
+        queued = []  # waiters that could be served now: (group, usage, key)
+        for group in self._waiting_groups:
+            usage = self._usage(group, now)
+            if not self._capped_out(group, usage, now):
+                queued.append((group, usage, self._order_key(group, usage)))
         found = []
         for group in higher:
             usage = self._usage(group, now)
@@ -1140,8 +1154,9 @@ class Scheduler:
             key = self._order_key(group, usage)
             if not self._outranks(group, key[0], holder_group, holder_tier):
                 continue
-            if rival_key is not None and rival_key <= key:
-                continue  # a waiter already queued is served first
+            if any(other_key <= key and not self._in_debt(other, other_usage, now, also_contending=group)
+                   for other, other_usage, other_key in queued):
+                continue  # a waiter already queued (so first on equal keys) is served first
             found.append(group.name)
         return frozenset(found)
 

@@ -2,11 +2,15 @@
 
 1. A stateful machine drives random events, checks every decision against a
    brute-force model (holder, waiters, charged intervals) and checks the
-   invariants after each step.
+   invariants after each step, among them that ``Scheduler.preemptors``
+   (the preemption doorbell's flags) names exactly the groups whose client,
+   asking now, would preempt the holder.
 2. Random simulated workloads check that a waiting group below its request
    gets the token within a bounded time.
 """
 from __future__ import annotations
+
+import copy
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -384,6 +388,33 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert wakeup is not None, "token free, clients waiting, and nothing scheduled"
         if self.holder is not None:
             assert wakeup is not None and wakeup <= self.holder[2] + self.holder[3] + CONFIG.grace + EPS
+
+    @invariant()
+    def preemptors_name_the_groups_whose_request_would_preempt(self):
+        """For each uncapped group without waiters, one of its clients that
+        is attached, neither waiting nor holding, asks at `now` (on a copy:
+        the machine's scheduler is untouched): it preempts the holder (a
+        Revoke of the holder's token) exactly when `preemptors` names its
+        group. The machine reports no work items, so no client's work item
+        reaches quantum_max (the debt rule), where `preemptors` is exact.
+        Capped groups and groups already waiting are left out: for them
+        `preemptors` is a hint (a capped group's room is judged for a
+        minimal slice) or says no by design (a waiting group's clients have
+        asked already; the time-driven rules preempt for them)."""
+        flagged = copy.deepcopy(self.s).preemptors(self.now)
+        holder = self.s.holder()
+        for name, spec in self.specs.items():
+            if spec.limit < 1.0 or self.s.group_waiting(name):
+                continue
+            askers = [c for c, g in sorted(self.client_group.items())
+                      if g == name and c not in self.waiting and (holder is None or c != holder[0])]
+            if not askers:
+                continue
+            probe = copy.deepcopy(self.s)
+            decisions = probe.request(askers[0], self.now)
+            preempted = any(isinstance(d, Revoke) and (d.client_id, d.token_id) == holder for d in decisions)
+            assert preempted == (name in flagged), (
+                f"preemptors({self.now}) = {sorted(flagged)} but {askers[0]} of {name} asking gives {decisions}")
 
     @invariant()
     def counters_are_consistent(self):
