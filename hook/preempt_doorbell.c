@@ -103,10 +103,11 @@ bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, 
             return false;
         atomic_store(&d->page, p);
     }
-    d->on_ring = on_ring;
-    d->ctx = ctx;
     if (d->listener_pid == getpid())
         return true;
+    /* Set before the listener starts, never after: it reads them unlocked. */
+    d->on_ring = on_ring;
+    d->ctx = ctx;
     /* One listener per process (a forked child starts its own); it never
      * takes the application's signals and lives until exit. */
     sigset_t all, old;

@@ -968,7 +968,8 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     }
     if (!work_us)
         work_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
-    g->newest_end_ns = monotonic_ns() + (uint64_t)work_us * 1000ull;
+    /* Atomic: the keeper reads it under g->mu, not checkpoint_mu. */
+    __atomic_store_n(&g->newest_end_ns, monotonic_ns() + (uint64_t)work_us * 1000ull, __ATOMIC_RELAXED);
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {
