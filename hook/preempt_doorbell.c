@@ -176,3 +176,10 @@ bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_
     return p && (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed) >
                     atomic_load_explicit(&d->priority, memory_order_relaxed);
 }
+
+bool gs_doorbell_contended(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    return !p || atomic_load_explicit(&d->slot, memory_order_relaxed) == 0 ||
+           atomic_load_explicit(&p->contended, memory_order_relaxed) != 0;
+}

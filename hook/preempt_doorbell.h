@@ -14,9 +14,10 @@
  * The page (GS_DOORBELL_FILE_NAME beside client.sock, made by tokend,
  * layout below, mirrored in tokend/preempt_doorbell.py):
  *   - tokend writes `holder_slot` (the group slot of the token's holder,
- *     slot + 1; 0: none) and, per group slot, `may_preempt[slot]`: a client
- *     of that group asking now would preempt the holder (a hint, recomputed
- *     at every scheduler event);
+ *     slot + 1; 0: none), `contended` (another group waits or could preempt
+ *     the holder: a holder alone need not pace its long kernels) and, per
+ *     group slot, `may_preempt[slot]`: a client of that group asking now
+ *     would preempt the holder (recomputed at every scheduler event);
  *   - a client about to ask for a token whose own flag is set rings:
  *     writes its slot + 1, its class and the time, bumps `ring_seq` and
  *     wakes every process waiting on it (a shared futex);
@@ -59,7 +60,9 @@ typedef struct gs_doorbell_page {
     _Atomic uint64_t ring_ns;       /* 24 when it rang (CLOCK_MONOTONIC) */
     _Atomic uint32_t holder_slot;   /* 32 tokend: the holder's group slot + 1, 0: none */
     _Atomic uint32_t ring_priority; /* 36 the last ringer's class (gslice.v1.Priority) */
-    uint8_t pad[GS_DOORBELL_FLAGS_OFFSET - 40];
+    _Atomic uint32_t contended;     /* 40 tokend: another group waits for the token or could preempt
+                                     *    its holder (0: the holder is alone) */
+    uint8_t pad[GS_DOORBELL_FLAGS_OFFSET - 44];
     _Atomic uint8_t may_preempt[GS_DOORBELL_SLOTS]; /* 64 tokend: per group slot */
 } gs_doorbell_page;
 
@@ -94,5 +97,8 @@ bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns);
  * then takes this token back at once; tokend's flags cannot say, as they
  * are cleared once that request arrives.) */
 bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns);
+/* Does anyone else want the GPU now (tokend's `contended`)? true without a
+ * doorbell (unknown). */
+bool gs_doorbell_contended(gs_doorbell *d);
 
 #endif

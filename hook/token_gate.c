@@ -900,7 +900,12 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
         return;
     /* Pace: submit when the running kernel is within the feed-ahead margin
      * of its end, so the GPU stays fed and at most about one kernel is
-     * queued past a closing gate. */
+     * queued past a closing gate. Not while nobody else wants the GPU
+     * (tokend's `contended` on the doorbell page): then no gate closes for
+     * anyone, and a late wake-up on a busy machine would only idle the GPU
+     * (a lone tenant's p99 paid about 5% for it). */
+    if (!gs_doorbell_contended(&g->doorbell))
+        return;
     uint64_t ahead = recently_preempted(g, now)
                          ? GS_GATE_PREEMPTED_FEED_AHEAD_US * 1000ull
                          : GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;

@@ -186,7 +186,8 @@ class Coordinator:
             return
         holder = self.scheduler.holder()
         holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
-        self.doorbell.publish(holder_group, self.scheduler.preemptors(time.monotonic()))
+        self.doorbell.publish(holder_group, self.scheduler.preemptors(time.monotonic()),
+                              others_waiting=self.scheduler.others_waiting())
 
     def _rang(self, client_id: str) -> bool:
         """Its request rang the doorbell: the holder stopped already (the

@@ -27,8 +27,9 @@ SIZE = 4096
 FLAGS_OFFSET = 64
 SLOTS = SIZE - FLAGS_OFFSET
 _HEADER = struct.Struct("<IIII")        # magic, version, slots, reserved
-_HOLDER_SLOT = struct.Struct("<I")      # at 32
+_U32 = struct.Struct("<I")
 _HOLDER_SLOT_OFFSET = 32  # then ring_priority (u32) at 36, written by the shims
+_CONTENDED_OFFSET = 40
 
 
 class PreemptDoorbell:
@@ -46,14 +47,20 @@ class PreemptDoorbell:
             os.close(fd)
         # A previous daemon's flags and holder mean nothing now; the ring
         # counter is left alone (listeners compare it with what they saw).
-        self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
-        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
+        self._clear()
         self._map[0:_HEADER.size] = _HEADER.pack(MAGIC, VERSION, SLOTS, 0)
         self._slots: dict[str, int] = {}
         self._free: list[int] = []
         self._next = 0
         self._flagged: set[int] = set()
         self._holder = 0
+        self._contended = False
+
+    def _clear(self) -> None:
+        """Holder, contended and every flag to 0 (the ring fields are the shims')."""
+        self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
+        self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
+        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
 
     def slot(self, group: str) -> int:
         """The group's slot + 1 (stable while the group exists); 0 when the
@@ -77,8 +84,9 @@ class PreemptDoorbell:
             self._flagged.discard(index)
             self._free.append(index)
 
-    def publish(self, holder_group: str | None, preemptors: frozenset[str]) -> None:
-        """The holder's group and the groups that would preempt it now."""
+    def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False) -> None:
+        """The holder's group, the groups that would preempt it now, and
+        whether another group waits (with a preemptor: `contended`)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder: a shim that sees the new holder sees
@@ -90,13 +98,16 @@ class PreemptDoorbell:
             self._map[FLAGS_OFFSET + index] = 1
         self._flagged = flagged
         if holder != self._holder:
-            self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = _HOLDER_SLOT.pack(holder)
+            self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = _U32.pack(holder)
             self._holder = holder
+        contended = bool(flagged) or others_waiting
+        if contended != self._contended:
+            self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = _U32.pack(int(contended))
+            self._contended = contended
 
     def close(self) -> None:
         """Leave the file (a container may hold it mounted); clear what it says."""
-        self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
-        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
+        self._clear()
         self._map.close()
 
     def read_ring(self) -> tuple[int, int, int]:

@@ -1160,6 +1160,12 @@ class Scheduler:
             found.append(group.name)
         return frozenset(found)
 
+    def others_waiting(self) -> bool:
+        """Does a client of a group other than the holder's wait (any waiter
+        when the token is free)?"""
+        holder_group = self._holding.client.group if self._holding is not None else None
+        return any(group is not holder_group for group in self._waiting_groups)
+
     def is_waiting(self, client_id: str) -> bool:
         return client_id in self._client(client_id).group.waiters
 

@@ -9,6 +9,7 @@ import mmap
 import stat
 import struct
 import threading
+import time
 
 from gslice.tokend import preempt_doorbell
 
@@ -144,3 +145,31 @@ def test_the_flag_is_cleared_while_the_higher_class_waits_for_a_release(tokend_f
         asking.join(timeout=30)
     assert granted
     assert _holder_slot(_page(tokend)) == high_slot
+
+
+CONTENDED_OFFSET = 40  # gs_doorbell_page.contended
+
+
+def _contended(page: bytes) -> int:
+    return struct.unpack_from("<I", page, CONTENDED_OFFSET)[0]
+
+
+def test_contended_says_whether_anyone_else_wants_the_gpu(tokend_factory):
+    tokend = tokend_factory(extra_args=LONG_GRACE)
+    admin = tokend.admin()
+    a = admin.create_group("a", request=0.3, limit=1.0, memory="1GiB")
+    b = admin.create_group("b", request=0.3, limit=1.0, memory="1GiB")
+    holder = tokend.shim_client("a", a.secret)
+    token = holder.acquire()
+    other = tokend.shim_client("b", b.secret)  # attached, equal class, not asking
+    assert _contended(_page(tokend)) == 0  # the holder is alone: its shim need not pace long kernels
+    granted: list[int] = []
+    asking = threading.Thread(target=lambda: granted.append(other.acquire(timeout_ms=20000)))
+    asking.start()
+    deadline = time.monotonic() + 10
+    while _contended(_page(tokend)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _contended(_page(tokend)) == 1  # "b" waits
+    holder.release(token, used_us=1000)
+    asking.join(timeout=30)
+    assert granted and _contended(_page(tokend)) == 0  # "b" holds, nobody waits

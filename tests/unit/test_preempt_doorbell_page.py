@@ -75,7 +75,7 @@ def test_python_constants_mirror_the_c_header():
     assert _c_int(DEFINES["GS_DOORBELL_FLAGS_OFFSET"]) == preempt_doorbell.FLAGS_OFFSET
     assert preempt_doorbell.SLOTS == preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET
     assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "reserved": 12, "ring_seq": 16, "ring_slot": 20,
-                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36,
+                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET}
 
 
@@ -147,7 +147,7 @@ def test_a_full_page_gives_slot_0_until_a_group_is_forgotten(doorbell):
     assert doorbell.slot("late") == 42
 
 
-def test_publish_writes_exactly_the_flags_and_the_holder(doorbell):
+def test_publish_writes_exactly_the_flags_the_holder_and_contended(doorbell):
     slots = {name: doorbell.slot(name) for name in ("low", "mid", "high", "other")}
     before = _page(doorbell.path)
 
@@ -155,6 +155,7 @@ def test_publish_writes_exactly_the_flags_and_the_holder(doorbell):
     after = _page(doorbell.path)
     expected = bytearray(before)
     struct.pack_into("<I", expected, OFFSETS["holder_slot"], slots["low"])
+    struct.pack_into("<I", expected, OFFSETS["contended"], 1)  # a group could preempt the holder
     expected[OFFSETS["may_preempt"] + slots["mid"] - 1] = 1
     expected[OFFSETS["may_preempt"] + slots["high"] - 1] = 1
     assert after == bytes(expected)
@@ -163,6 +164,13 @@ def test_publish_writes_exactly_the_flags_and_the_holder(doorbell):
     page = _page(doorbell.path)
     assert _u32(page, "holder_slot") == slots["mid"]
     assert [_flag(page, slots[name]) for name in ("low", "mid", "high", "other")] == [0, 0, 1, 0]
+
+    # Nobody would preempt, but another group waits: still contended.
+    doorbell.publish("mid", frozenset(), others_waiting=True)
+    page = _page(doorbell.path)
+    assert _u32(page, "contended") == 1 and _flag(page, slots["high"]) == 0
+    doorbell.publish("mid", frozenset())
+    assert _u32(_page(doorbell.path), "contended") == 0
 
     doorbell.publish(None, frozenset())
     assert _page(doorbell.path) == before
@@ -207,7 +215,7 @@ def test_reopening_keeps_the_inode_and_ring_count_and_clears_the_rest(tmp_path):
         assert path.stat().st_ino == inode
         page = _page(path)
         assert _u32(page, "magic") == preempt_doorbell.MAGIC
-        assert _u32(page, "holder_slot") == 0
+        assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
         assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
         assert _u32(page, "ring_seq") == 9
         assert second.read_ring() == (9, 2, 42)  # "high" had slot 2
@@ -226,6 +234,6 @@ def test_close_clears_flags_and_holder_and_leaves_the_file(tmp_path):
     assert path.exists()
     page = _page(path)
     assert _u32(page, "magic") == preempt_doorbell.MAGIC
-    assert _u32(page, "holder_slot") == 0
+    assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
     assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
     assert _u32(page, "ring_seq") == 2
