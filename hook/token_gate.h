@@ -21,7 +21,8 @@
  * next burst reopens the gate locally, with no round trip; tokend takes a
  * lease back with a Revoke when someone asks.
  *
- * Long kernels (>= GS_GATE_LONG_KERNEL_US of GPU time each) are paced: the
+ * Long kernels (>= GS_GATE_LONG_KERNEL_US of GPU time each) are paced while
+ * another group wants the GPU (tokend's `contended` on the doorbell page): the
  * next one is submitted when the running one is within its feed-ahead
  * margin of its estimated end, so the GPU never waits for a submission and
  * a closing gate leaves about one kernel queued (a narrower margin in a
