@@ -76,7 +76,6 @@ typedef struct gs_doorbell {
     void *ctx;
     pid_t listener_pid;                 /* the process that started the listener (fork) */
     _Atomic uint64_t rings_sent;
-    _Atomic uint64_t rings_heard;
 } gs_doorbell;
 
 /* Map the doorbell beside socket_path (once per process; later calls only

@@ -288,11 +288,11 @@ static void acquire_locked(gs_gate *g)
     pthread_mutex_unlock(&g->mu);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
-    /* A higher class than the holder: tell it to stop submitting now, not
-     * when tokend's Revoke reaches it (preempt_doorbell.h). */
     if (!atomic_load_explicit(&g->doorbell.page, memory_order_acquire) && g->rpc &&
         atomic_load_explicit(&g->n_acquired, memory_order_relaxed) == 0)
         gs_rpc_wait_attached(g->rpc, 1000, NULL);   /* process start: the doorbell comes with the attach */
+    /* A higher class than the holder: tell it to stop submitting now, not
+     * when tokend's Revoke reaches it (preempt_doorbell.h). */
     bool rang = gs_doorbell_ring_if_preempting(&g->doorbell);
     GS_DEBUG("asking for a token%s", rang ? " (rang the preemption doorbell)" : "");
     int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, work_item_us(g), rang, &token_id,

@@ -89,9 +89,10 @@ class PreemptDoorbell:
         whether another group waits (with a preemptor: `contended`)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
-        # Flags first, then the holder: a shim that sees the new holder sees
-        # the flags that go with it (x86 stores are ordered; mmap writes are
-        # plain stores).
+        # Flags first, then the holder, so a shim usually sees the flags that
+        # go with the holder it reads. Not guaranteed (plain stores, no
+        # fence): the page is a hint, and a mismatched read costs at most one
+        # bounded pause or one ring not sent.
         for index in self._flagged - flagged:
             self._map[FLAGS_OFFSET + index] = 0
         for index in flagged - self._flagged:
