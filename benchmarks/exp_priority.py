@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from gslice.experiment import SharingExperiment
+from gslice.experiment import SharingExperiment, busy_fraction_between
 
 from results_io import Result
 
@@ -17,10 +17,13 @@ BURSTS = ["bursts", "--kernel-us", "500", "--burst", "8", "--think-ms", "20"]
 LOW_KERNELS_US = (1000, 2000)
 
 
-def _run(seconds: float, low_kernel_us: int | None) -> dict:
+def _run(seconds: float, low_kernel_us: int | None, anticipate: bool = True) -> dict:
     """The inference client alone (low_kernel_us None) or beside two
-    saturating low-priority groups whose kernels last low_kernel_us."""
-    with SharingExperiment(gpu="sim") as exp:
+    saturating low-priority groups whose kernels last low_kernel_us; with
+    them, also the GPU's busy fraction and the neighbours' part of it while
+    the inference client ran (what anticipation costs them)."""
+    tokend_args = [] if anticipate else ["--anticipate-preemption", "off"]
+    with SharingExperiment(gpu="sim", tokend_args=tokend_args) as exp:
         # The latency-critical group's request covers what it uses (~20% of the
         # GPU charged, idle tails included): guarantees come before classes,
         # so a high-priority group beyond its request preempts no one.
@@ -31,9 +34,14 @@ def _run(seconds: float, low_kernel_us: int | None) -> dict:
             for group in ("batch-a", "batch-b"):
                 exp.spawn_workload(group, ["spin", "--kernel-us", str(low_kernel_us), "--seconds", str(seconds + 10)])
             time.sleep(1.0)
+        start = exp.sample()
         high = exp.spawn_workload("inference", [*BURSTS, "--seconds", str(seconds)])
         out, _ = high.communicate(timeout=seconds + 60)
+        end = exp.sample()
         report = json.loads(out.strip().splitlines()[-1])
+        report["gpu_busy"] = busy_fraction_between(start, end)
+        wall_ns = (end.at - start.at) * 1e9
+        report["neighbours_gpu"] = sum(end.busy_ns[g] - start.busy_ns[g] for g in ("batch-a", "batch-b")) / wall_ns
         report["token_wait_p99_ms"] = _wait_p99_ms(exp.tokend.metrics_text(), "inference")
     return report
 
@@ -44,11 +52,13 @@ def burst_summary(report: dict) -> dict:
 
 
 def fifo_throughput_bound(alone: dict, low_kernel_us: float) -> float:
-    """The best throughput ratio any scheduler can reach beside saturating
-    neighbours on the simulated GPU without idling it: kernels run one at a
-    time and are not preempted, so a burst arriving at a random moment first
-    waits for the running neighbour kernel's rest, low_kernel_us / 2 on
-    average. (percent of alone)"""
+    """The best throughput ratio a work-conserving scheduler (one that never
+    idles the GPU while someone has work) can reach beside saturating
+    neighbours on the simulated GPU: kernels run one at a time and are not
+    preempted, so a burst arriving at a random moment first waits for the
+    running neighbour kernel's rest, low_kernel_us / 2 on average. (percent
+    of alone.) Anticipation beats it by idling the GPU before an expected
+    arrival, at the neighbours' expense (`neighbours_gpu`)."""
     period_ms = 1e3 / alone["bursts_per_s"]
     return period_ms / (period_ms + low_kernel_us / 2e3) * 100
 
@@ -93,5 +103,15 @@ def priority(seconds: float = 10.0) -> Result:
         if shared["token_wait_p99_ms"] is not None:
             result.add(f"{tag}/token_wait_p99", shared["token_wait_p99_ms"], "ms", "<= 2")
         result.add(f"{tag}/burst_latency_p99", shared["latency_ms_p99"], "ms")
+        result.add(f"{tag}/neighbours_gpu", shared["neighbours_gpu"] * 100, "%")
+        result.add(f"{tag}/gpu_busy", shared["gpu_busy"] * 100, "%")
         result.details[tag] = burst_summary(shared)
+    # The same 2 ms setting with anticipation off: what it gains the
+    # inference group and costs its neighbours.
+    plain = _run(seconds, LOW_KERNELS_US[-1], anticipate=False)
+    tag = f"beside_{LOW_KERNELS_US[-1] // 1000}ms_no_anticipation"
+    result.add(f"{tag}/throughput_vs_solo", plain["bursts_per_s"] / solo["bursts_per_s"] * 100, "%")
+    result.add(f"{tag}/neighbours_gpu", plain["neighbours_gpu"] * 100, "%")
+    result.add(f"{tag}/gpu_busy", plain["gpu_busy"] * 100, "%")
+    result.details[tag] = burst_summary(plain)
     return result

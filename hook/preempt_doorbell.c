@@ -182,3 +182,18 @@ bool gs_doorbell_contended(gs_doorbell *d)
     return !p || atomic_load_explicit(&d->slot, memory_order_relaxed) == 0 ||
            atomic_load_explicit(&p->contended, memory_order_relaxed) != 0;
 }
+
+bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, uint64_t *start_ns, uint64_t *end_ns)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    if (!p || slot == 0 || atomic_load_explicit(&p->holder_slot, memory_order_relaxed) != slot)
+        return false;   /* the window is the holder's, and tokend says the holder is another group */
+    uint64_t end = atomic_load_explicit(&p->expected_end_ns, memory_order_relaxed);
+    uint64_t start = atomic_load_explicit(&p->expected_start_ns, memory_order_relaxed);
+    if (end == 0 || end <= now_ns || start > end)
+        return false;
+    *start_ns = start;
+    *end_ns = end;
+    return true;
+}

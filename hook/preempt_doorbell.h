@@ -26,7 +26,15 @@
  *     gate pauses (token_gate.c) until tokend's Revoke or a short bound;
  *   - a process granted a token just after a ring of a higher class than
  *     its own pauses the same way: the ringer's request was on its way, and
- *     tokend hands this token over as soon as it arrives.
+ *     tokend hands this token over as soon as it arrives;
+ *   - when a group that would preempt the holder asks at regular periods,
+ *     tokend also writes the window in which it expects that group's next
+ *     request (`expected_start_ns`, `expected_end_ns`; padding in pages of
+ *     older daemons, so zero: nothing expected). The holder then starts no
+ *     long kernel that would still run at the window's start, pausing until
+ *     the ring or the window's end (bounded, token_gate.h): on a GPU that
+ *     runs one kernel at a time, the preemptor would otherwise wait for
+ *     that kernel's rest, half a kernel on average.
  * Nothing here grants anything: the waiter still waits for tokend's grant,
  * and a pause is charged to the holder like any part of its slice. A ring
  * tokend does not follow with a Revoke costs the holder at most the pause
@@ -62,7 +70,9 @@ typedef struct gs_doorbell_page {
     _Atomic uint32_t ring_priority; /* 36 the last ringer's class (gslice.v1.Priority) */
     _Atomic uint32_t contended;     /* 40 tokend: another group waits for the token or could preempt
                                      *    its holder (0: the holder is alone) */
-    uint8_t pad[GS_DOORBELL_FLAGS_OFFSET - 44];
+    uint32_t pad;                   /* 44 */
+    _Atomic uint64_t expected_start_ns; /* 48 tokend: a preemptor of the holder is expected to ask */
+    _Atomic uint64_t expected_end_ns;   /* 56    in [start, end] (CLOCK_MONOTONIC; 0: none expected) */
     _Atomic uint8_t may_preempt[GS_DOORBELL_SLOTS]; /* 64 tokend: per group slot */
 } gs_doorbell_page;
 
@@ -99,5 +109,9 @@ bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_
 /* Does anyone else want the GPU now (tokend's `contended`)? true without a
  * doorbell (unknown). */
 bool gs_doorbell_contended(gs_doorbell *d);
+/* The window in which tokend expects a preemptor of this process's group
+ * (the holder's) to ask: true and [*start_ns, *end_ns] when there is one
+ * that has not ended at now_ns. */
+bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, uint64_t *start_ns, uint64_t *end_ns);
 
 #endif

@@ -42,6 +42,8 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->doorbell_pauses = g.doorbell_pauses;
     out->doorbell_unanswered = g.doorbell_unanswered;
     out->doorbell_rings = g.doorbell_rings;
+    out->anticipation_pauses = g.anticipation_pauses;
+    out->anticipation_lapses = g.anticipation_lapses;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

@@ -15,6 +15,7 @@ typedef struct gslice_shim_stats {
     uint64_t checkpoints, checkpoint_waits, slow_entries;
     uint64_t used_us, overrun_us, daemon_losses;
     uint64_t doorbell_pauses, doorbell_unanswered, doorbell_rings;
+    uint64_t anticipation_pauses, anticipation_lapses;
     uint64_t memory_held, memory_pending_release, tracked_allocations;
     uint64_t reservations, refusals, release_flushes, bytes_released;
 } gslice_shim_stats;

@@ -175,6 +175,22 @@ static void remember_context_locked(gs_gate *g, CUcontext ctx)
                 GS_GATE_MAX_CONTEXTS, (void *)ctx);
 }
 
+/* A pause ends without its answer (the Revoke after a ring; the ring in an
+ * expected window): count it. The quiet period its start began stays, so a
+ * forged ring or window costs one pause per quiet period, however the
+ * pause ends (reopened, or the slice ended as idle meanwhile). */
+static void pause_unanswered_locked(gs_gate *g)
+{
+    if (!g->doorbell_pause_until_ns)
+        return;
+    if (g->pause_anticipated)
+        atomic_fetch_add_explicit(&g->n_anticipation_lapses, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&g->n_doorbell_unanswered, 1, memory_order_relaxed);
+    g->doorbell_pause_until_ns = 0;
+    g->pause_anticipated = false;
+}
+
 static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us)
 {
     uint64_t now = monotonic_ns();
@@ -188,7 +204,7 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
     g->token_lost = false;
     g->wrap_up = false;
     g->renew_refused = false;
-    g->doorbell_pause_until_ns = 0;
+    pause_unanswered_locked(g);   /* the last slice ended (idle, quantum) while paused */
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
     pthread_cond_signal(&g->keeper_wake);
@@ -247,22 +263,41 @@ static uint32_t work_item_us(gs_gate *g)
     return gpu_us >= GS_GATE_LONG_KERNEL_US ? gpu_us : 0;
 }
 
-/* Preemption doorbell: stop submitting in this slice for at most
- * GS_GATE_DOORBELL_PAUSE_NS (mu held). A Revoke ends the slice meanwhile;
- * without one, the first launch past the deadline reopens the gate
- * (doorbell_resume_locked) and rings are ignored for GS_GATE_DOORBELL_QUIET_NS. */
+/* Stop submitting in this slice until until_ns (mu held): the gate closes
+ * as for a Revoke, the token is kept. A Revoke ends the slice meanwhile;
+ * without one, the first launch past until_ns reopens the gate
+ * (doorbell_resume_locked). */
+static bool pause_slice_locked(gs_gate *g, uint64_t until_ns)
+{
+    if (g->state != GS_GATE_HOLDING || g->revoke_pending || g->doorbell_pause_until_ns || g->stopping)
+        return false;
+    uint32_t generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+    if (generation == 0)
+        return false;
+    g->doorbell_generation = generation;
+    g->doorbell_pause_until_ns = until_ns;
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    return true;
+}
+
+/* Preemption doorbell: a ring pauses the slice for at most
+ * GS_GATE_DOORBELL_PAUSE_NS and starts GS_GATE_DOORBELL_QUIET_NS in which
+ * rings are ignored, unless tokend's Revoke answers it. A ring during an
+ * anticipation pause is the one expected: the pause becomes a ring's. */
 static void doorbell_pause_locked(gs_gate *g, const char *why)
 {
     uint64_t now = monotonic_ns();
-    if (g->state != GS_GATE_HOLDING || g->revoke_pending || g->doorbell_pause_until_ns || g->stopping ||
-        now < g->doorbell_quiet_until_ns)
+    if (now < g->doorbell_quiet_until_ns)
         return;
-    uint32_t generation = atomic_load_explicit(&g->open, memory_order_relaxed);
-    if (generation == 0)
+    if (g->pause_anticipated && g->doorbell_pause_until_ns && g->state == GS_GATE_HOLDING && !g->revoke_pending) {
+        g->pause_anticipated = false;
+        g->anticipation_quiet_until_ns = 0;   /* the window was right */
+        if (g->doorbell_pause_until_ns < now + GS_GATE_DOORBELL_PAUSE_NS)
+            g->doorbell_pause_until_ns = now + GS_GATE_DOORBELL_PAUSE_NS;
+    } else if (!pause_slice_locked(g, now + GS_GATE_DOORBELL_PAUSE_NS)) {
         return;
-    g->doorbell_generation = generation;
-    g->doorbell_pause_until_ns = now + GS_GATE_DOORBELL_PAUSE_NS;
-    atomic_store_explicit(&g->open, 0, memory_order_release);
+    }
+    g->doorbell_quiet_until_ns = now + GS_GATE_DOORBELL_QUIET_NS;
     atomic_store_explicit(&g->preempted_ns, now, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->n_doorbell_pauses, 1, memory_order_relaxed);
     uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
@@ -270,14 +305,43 @@ static void doorbell_pause_locked(gs_gate *g, const char *why)
              (unsigned long long)g->token_id, why, (long long)((int64_t)(queued_end - now) / 1000));
 }
 
+/* Anticipation (mu held, HOLDING): does work ending at work_end_ns run
+ * into the window in which tokend expects a preemptor of this slice to ask?
+ * Then pause until the ring, the window's end or the bound; windows are
+ * then ignored for GS_GATE_ANTICIPATION_QUIET_NS unless the ring comes. */
+static bool anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns)
+{
+    uint64_t start, end;
+    if (g->revoke_pending || g->wrap_up || now < g->anticipation_quiet_until_ns ||
+        !gs_doorbell_expected_preemption(&g->doorbell, now, &start, &end) || work_end_ns <= start)
+        return false;
+    uint64_t bound = now + GS_GATE_ANTICIPATION_PAUSE_NS;
+    if (!pause_slice_locked(g, end < bound ? end : bound))
+        return false;
+    g->pause_anticipated = true;
+    g->anticipation_quiet_until_ns = now + GS_GATE_ANTICIPATION_QUIET_NS;
+    atomic_fetch_add_explicit(&g->n_anticipation_pauses, 1, memory_order_relaxed);
+    GS_DEBUG("token %llu: a preemptor is expected in %lld us; the next kernel (ending in %lld us) waits",
+             (unsigned long long)g->token_id, (long long)((int64_t)(start - now) / 1000),
+             (long long)((int64_t)(work_end_ns - now) / 1000));
+    return true;
+}
+
 static void doorbell_resume_locked(gs_gate *g, const char *why)
 {
-    g->doorbell_pause_until_ns = 0;
-    g->doorbell_quiet_until_ns = monotonic_ns() + GS_GATE_DOORBELL_QUIET_NS;
-    atomic_fetch_add_explicit(&g->n_doorbell_unanswered, 1, memory_order_relaxed);
+    if (g->pause_anticipated)
+        why = "no ring in the expected window after";
+    pause_unanswered_locked(g);
     atomic_store_explicit(&g->open, g->doorbell_generation, memory_order_release);
-    GS_DEBUG("token %llu: %s the preemption doorbell; submitting again", (unsigned long long)g->token_id, why);
+    GS_DEBUG("token %llu: %s the pause; submitting again", (unsigned long long)g->token_id, why);
     pthread_cond_broadcast(&g->changed);
+}
+
+/* The process's GPU time per launch when its kernels are long, else 0. */
+static uint64_t long_kernel_ns(gs_gate *g)
+{
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    return kernel_us >= GS_GATE_LONG_KERNEL_US ? (uint64_t)kernel_us * 1000ull : 0;
 }
 
 /* This thread becomes the one that asks tokend; mu held on entry and exit. */
@@ -314,8 +378,11 @@ static void acquire_locked(gs_gate *g)
         /* A higher class rang while this grant was on its way: tokend hands
          * the token over as soon as that request reaches it, so do not queue
          * a kernel in front of it now. */
-        if (gs_doorbell_outranking_ring_within(&g->doorbell, monotonic_ns(), GS_GATE_DOORBELL_PAUSE_NS))
+        uint64_t now = monotonic_ns();
+        if (gs_doorbell_outranking_ring_within(&g->doorbell, now, GS_GATE_DOORBELL_PAUSE_NS))
             doorbell_pause_locked(g, "rang just before this grant");
+        else if (long_kernel_ns(g))
+            anticipation_pause_locked(g, now, now + long_kernel_ns(g));   /* its first kernel */
         return;
     }
     if (rc == GS_RPC_UNAVAILABLE && !g->loss_logged) {
@@ -348,7 +415,11 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     for (;;) {
         if (g->state == GS_GATE_HOLDING && g->doorbell_pause_until_ns && !g->revoke_pending) {
             if (monotonic_ns() < g->doorbell_pause_until_ns) {
+                /* A thread held back by a pause is busy, not idle: the keeper
+                 * must not end the slice as idle under it. */
+                atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 wait_until_ns(&g->changed, &g->mu, g->doorbell_pause_until_ns);
+                atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 continue;
             }
             doorbell_resume_locked(g, "no Revoke followed");
@@ -578,7 +649,7 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
                  (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
         g->wrap_up = false;
-        if (g->doorbell_pause_until_ns)
+        if (g->doorbell_pause_until_ns && !g->pause_anticipated)   /* (the expected preemptor may still come) */
             doorbell_resume_locked(g, "renewed after");
         pthread_cond_broadcast(&g->changed);
         return;
@@ -696,7 +767,13 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
             atomic_store_explicit(&g->preempted_ns, monotonic_ns(), memory_order_relaxed);
         }
         pthread_cond_signal(&g->keeper_wake);
+        if (g->doorbell_pause_until_ns) {
+            /* The pause was answered: its quiet period is lifted. */
+            g->doorbell_quiet_until_ns = 0;
+            g->anticipation_quiet_until_ns = 0;
+        }
         g->doorbell_pause_until_ns = 0;
+        g->pause_anticipated = false;
     } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {
         g->revoked_before_grant = token_id;   /* a grant or renewal still on its way */
     }
@@ -885,8 +962,12 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
     uint64_t now = monotonic_ns();
     if (!pending || queued_end < now)
         queued_end = now;
-    /* Wrap-up: this kernel would end well past the slice's quantum. */
     pthread_mutex_lock(&g->mu);
+    if (g->state == GS_GATE_HOLDING && anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
+        pthread_mutex_unlock(&g->mu);
+        return;   /* gs_gate_enter waits for the ring, the window's end or the bound */
+    }
+    /* Wrap-up: this kernel would end well past the slice's quantum. */
     if (g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) {
         uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
         if (queued_end + kernel_ns > deadline + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION) {
@@ -1048,6 +1129,7 @@ void gs_gate_fork_child(gs_gate *g)
     g->revoke_pending = false;
     g->wrap_up = false;
     g->doorbell_pause_until_ns = 0;
+    g->pause_anticipated = false;
     g->token_lost = false;
     g->revoked_before_grant = 0;
     g->newest_end_ns = 0;
@@ -1093,6 +1175,8 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->doorbell_pauses = atomic_load(&g->n_doorbell_pauses);
     out->doorbell_unanswered = atomic_load(&g->n_doorbell_unanswered);
     out->doorbell_rings = atomic_load(&g->doorbell.rings_sent);
+    out->anticipation_pauses = atomic_load(&g->n_anticipation_pauses);
+    out->anticipation_lapses = atomic_load(&g->n_anticipation_lapses);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

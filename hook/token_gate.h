@@ -12,7 +12,10 @@
  * A per-gate "keeper" thread ends slices: at quantum expiry, on a Revoke
  * from tokend, or when no launch happened for a while (idle). A ring of the
  * preemption doorbell (preempt_doorbell.h) closes the gate ahead of the
- * Revoke but keeps the token: a pause of at most GS_GATE_DOORBELL_PAUSE_NS. At quantum
+ * Revoke but keeps the token: a pause of at most GS_GATE_DOORBELL_PAUSE_NS.
+ * When tokend expects such a ring (a periodic preemptor), a long kernel
+ * that would run into it is not started: the same pause, begun before the
+ * ring ("anticipation", at most GS_GATE_ANTICIPATION_PAUSE_NS). At quantum
  * expiry it first asks tokend to renew the slice (RenewToken): when nobody
  * else would be served the slice goes on with the gate open, no drain, no
  * gap. Otherwise it closes the gate, synchronises every context that
@@ -82,9 +85,19 @@ struct gs_rpc;
  * submissions until tokend's Revoke, for at most this long (the Revoke
  * takes ~1 ms; a ring tokend does not act on costs no more) ... */
 #define GS_GATE_DOORBELL_PAUSE_NS 3000000ull
-/* ... and after a pause no Revoke followed, rings are ignored this long, so
- * a tenant ringing at will costs a holder at most 3% of its time. */
+/* ... and rings are ignored this long from a pause's start unless its
+ * Revoke comes, so a tenant ringing at will costs a holder at most 3% of
+ * its time. */
 #define GS_GATE_DOORBELL_QUIET_NS 100000000ull
+/* Anticipation: a long kernel that would still run when tokend expects a
+ * preemptor to ask (its window on the doorbell page) is not started; the
+ * pause ends at the ring (a ring pause then), at the window's end, or
+ * after this long at most ... */
+#define GS_GATE_ANTICIPATION_PAUSE_NS 5000000ull
+/* ... and windows are ignored this long from a pause's start unless the
+ * ring (or a Revoke) comes (a page scribbled on costs a holder at most
+ * about 5% of its time). */
+#define GS_GATE_ANTICIPATION_QUIET_NS 100000000ull
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -136,6 +149,8 @@ typedef struct gs_gate_stats {
     uint64_t doorbell_pauses;      /* slices paused by a ring */
     uint64_t doorbell_unanswered;  /* ... that no Revoke followed within the bound */
     uint64_t doorbell_rings;       /* rings this process sent */
+    uint64_t anticipation_pauses;  /* long kernels held back for an expected preemptor */
+    uint64_t anticipation_lapses;  /* ... that did not ring before the window's end */
     int32_t interval;
     int state;
     uint32_t quantum_us;
@@ -162,6 +177,8 @@ typedef struct gs_gate {
     uint64_t doorbell_pause_until_ns; /* a higher class rang: no submissions until the Revoke or then */
     uint32_t doorbell_generation;  /* the paused slice's `open` value, restored if no Revoke comes */
     uint64_t doorbell_quiet_until_ns; /* rings ignored until then (one went unanswered) */
+    bool pause_anticipated;        /* the pause began before any ring (tokend's expected window) */
+    uint64_t anticipation_quiet_until_ns; /* expected windows ignored until then (one lapsed) */
     bool token_lost;               /* connection dropped: release without RPC */
     uint64_t revoked_before_grant; /* a Revoke that raced ahead of its grant */
     bool stopping;
@@ -184,7 +201,7 @@ typedef struct gs_gate {
 
     pthread_mutex_t checkpoint_mu;
     _Atomic uint32_t launch_gpu_us;   /* measured GPU time per launch, slow path only */
-    _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work */
+    _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work, or out a pause */
     gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
     int queue[GS_GATE_CHECKPOINTS];
     int queue_head, queue_count;
@@ -198,7 +215,7 @@ typedef struct gs_gate {
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups,
-        n_doorbell_pauses, n_doorbell_unanswered;
+        n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate

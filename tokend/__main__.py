@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep a preemption doorbell (client.doorbell beside client.sock) through which a "
                              "preempting client stops the holder's submissions before the Revoke arrives (on, "
                              "the default), or preempt through the Revoke only (off)")
+    parser.add_argument("--anticipate-preemption", choices=["on", "off"], default="on",
+                        help="when a higher class asks at regular periods, tell the holder (on the doorbell) "
+                             "when it is expected next, so the holder starts no long kernel that would still run "
+                             "then (on, the default: the preemptor finds the GPU free, the holder's group pays up "
+                             "to one kernel of idle GPU per arrival), or not (off)")
     parser.add_argument("--cap-period-ms", type=float, default=50.0,
                         help="smooth caps: longest pause between two slices of a group at its limit "
                              "(default 50 ms; 0: the limit holds over the window only)")
@@ -107,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         config = SchedulerConfig(window=args.window, quantum_min=args.quantum_min_ms / 1000.0,
                                  quantum_max=args.quantum_max_ms / 1000.0, grace=args.grace_ms / 1000.0,
                                  cap_period=args.cap_period_ms / 1000.0,
-                                 preempt_handover=args.preempt_handover == "at-once")
+                                 preempt_handover=args.preempt_handover == "at-once",
+                                 anticipate_preemption=args.anticipate_preemption == "on")
         config.validate()
         limits = Limits(max_clients=args.max_clients, max_clients_per_group=args.max_clients_per_group,
                         attach_rate=args.attach_rate, attach_burst=args.attach_burst,

@@ -186,8 +186,10 @@ class Coordinator:
             return
         holder = self.scheduler.holder()
         holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
-        self.doorbell.publish(holder_group, self.scheduler.preemptors(time.monotonic()),
-                              others_waiting=self.scheduler.others_waiting())
+        now = time.monotonic()
+        self.doorbell.publish(holder_group, self.scheduler.preemptors(now),
+                              others_waiting=self.scheduler.others_waiting(),
+                              expected=self.scheduler.expected_preemption(now))
 
     def _rang(self, client_id: str) -> bool:
         """Its request rang the doorbell: the holder stopped already (the

@@ -5,7 +5,8 @@ token's holder to stop submitting before the Revoke reaches it.
 The protocol and the page's layout are hook/preempt_doorbell.h's; this
 module mirrors the layout. tokend owns the page: it writes the holder's
 group slot and, per group slot, whether a client of that group asking now
-would preempt the holder (``Scheduler.preemptors``). The shims ring and
+would preempt the holder (``Scheduler.preemptors``), and when such a group
+is expected to ask next (``Scheduler.expected_preemption``). The shims ring and
 listen; tokend never reads the rings (the shims count them).
 
 The file is opened, never replaced: a container that bind-mounts it keeps
@@ -30,6 +31,10 @@ _HEADER = struct.Struct("<IIII")        # magic, version, slots, reserved
 _U32 = struct.Struct("<I")
 _HOLDER_SLOT_OFFSET = 32  # then ring_priority (u32) at 36, written by the shims
 _CONTENDED_OFFSET = 40
+# The expected preemption's window, CLOCK_MONOTONIC ns (0, 0: none). Padding
+# before they existed, so an older daemon's page (zeros) expects nothing.
+_EXPECTED_OFFSET = 48
+_WINDOW = struct.Struct("<QQ")
 
 
 class PreemptDoorbell:
@@ -55,11 +60,14 @@ class PreemptDoorbell:
         self._flagged: set[int] = set()
         self._holder = 0
         self._contended = False
+        self._expected = (0, 0)
 
     def _clear(self) -> None:
-        """Holder, contended and every flag to 0 (the ring fields are the shims')."""
+        """Holder, contended, the expected window and every flag to 0 (the
+        ring fields are the shims')."""
         self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
         self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
+        self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + _WINDOW.size] = bytes(_WINDOW.size)
         self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
 
     def slot(self, group: str) -> int:
@@ -84,9 +92,11 @@ class PreemptDoorbell:
             self._flagged.discard(index)
             self._free.append(index)
 
-    def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False) -> None:
-        """The holder's group, the groups that would preempt it now, and
-        whether another group waits (with a preemptor: `contended`)."""
+    def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False,
+                expected: tuple[float, float] | None = None) -> None:
+        """The holder's group, the groups that would preempt it now, whether
+        another group waits (with a preemptor: `contended`), and the window
+        (time.monotonic seconds) in which a preemptor is expected to ask."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder, so a shim usually sees the flags that
@@ -105,6 +115,13 @@ class PreemptDoorbell:
         if contended != self._contended:
             self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = _U32.pack(int(contended))
             self._contended = contended
+        window = (0, 0) if expected is None else (int(expected[0] * 1e9), int(expected[1] * 1e9))
+        if window != self._expected:
+            # Two plain stores: a shim reading between them pairs the new end
+            # with the old start (a hint either way, its pause is bounded).
+            self._map[_EXPECTED_OFFSET + 8:_EXPECTED_OFFSET + 16] = window[1].to_bytes(8, "little")
+            self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + 8] = window[0].to_bytes(8, "little")
+            self._expected = window
 
     def close(self) -> None:
         """Leave the file (a container may hold it mounted); clear what it says."""
@@ -114,3 +131,7 @@ class PreemptDoorbell:
     def read_ring(self) -> tuple[int, int, int]:
         """(ring_seq, ring_slot, ring_ns) as the shims left them (tests, status)."""
         return struct.unpack_from("<IIQ", self._map, 16)
+
+    def read_expected(self) -> tuple[int, int]:
+        """(start_ns, end_ns) of the expected preemption as published (tests)."""
+        return _WINDOW.unpack_from(self._map, _EXPECTED_OFFSET)

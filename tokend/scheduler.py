@@ -113,6 +113,20 @@ released within ``grace`` of the Revoke is charged ``grace`` more and reported
 (``Expire(after_revoke=True)``). Without it, ``Revoke`` is emitted once per
 token and the holder keeps the token until it releases or its token expires.
 
+Anticipation. An *arrival* is a request of a group none of whose clients
+waits or holds, following an idle release of its own (one following a
+preemption, expiry or busy release starts the count afresh). When the last
+``_ARRIVALS - 1`` periods between arrivals agree within
+``_PERIODIC_SPREAD``, the next arrival is expected from the shortest to the
+longest period (plus ``_EXPECTED_SLACK``) after the latest.
+``expected_preemption`` gives the earliest such window of a group that
+would preempt the holder (``preemptors``); tokend publishes it and the
+holder's shim starts no long kernel that would still run when it opens (on
+a GPU that runs one kernel at a time, the preemptor would otherwise wait
+for that kernel's rest). A hint only: no decision here depends on it; it
+costs the holder's group the GPU time left idle before the arrival, at
+most a kernel plus the window.
+
 Expiry. A token not released within ``quantum + grace`` of its grant is
 taken back by the first event or ``advance`` at or after that deadline:
 ``Expire`` is emitted, ``quantum + grace`` charged and the token granted
@@ -156,6 +170,13 @@ _FULL_USE_FRACTION = 0.9
 # used: a bursty client's next burst then fits in one slice instead of
 # straddling an expiry (a new acquisition, and a new preemption, mid-burst).
 _IDLE_HEADROOM = 2.0
+
+# Anticipation: arrivals remembered per group (so ARRIVALS - 1 periods), how
+# far apart the shortest and longest period may be for the group to count as
+# periodic, and how long after the longest period the window stays open.
+_ARRIVALS = 5
+_PERIODIC_SPREAD = 0.003
+_EXPECTED_SLACK = 0.001
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -232,6 +253,10 @@ class SchedulerConfig:
     # grant saves a round trip through the holder. False: revoke, then grant
     # at the release.
     preempt_handover: bool = True
+    # Anticipation: publish when a periodic preemptor is expected, so the
+    # holder starts no long kernel that would run into its arrival (costs the
+    # holder up to one kernel of idle GPU per such arrival). False: none.
+    anticipate_preemption: bool = True
 
     def validate(self) -> None:
         for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period"):
@@ -298,7 +323,7 @@ class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
         "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
-        "fair_pace_until",
+        "fair_pace_until", "idle_since", "arrivals",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -317,6 +342,10 @@ class _Group:
         # Debt spacing: a charge of `a` beside contending groups moves this
         # to max(it, start) + a / (its fraction of the contending requests).
         self.fair_pace_until = -math.inf
+        # Anticipation: when its last client went idle (None: busy, or it
+        # never did), and its latest arrivals after such idle gaps.
+        self.idle_since: float | None = None
+        self.arrivals: deque[float] = deque(maxlen=_ARRIVALS)
         self.set_spec(spec, window)
 
     def set_spec(self, spec: GroupSpec, window: float) -> None:
@@ -513,6 +542,8 @@ class Scheduler:
         if work_item is not None:
             client.work_item = work_item
         group = client.group
+        if not group.waiters and not (self._holding is not None and self._holding.client.group is group):
+            self._note_arrival(group, now)
         if client_id not in group.waiters:
             self._wait_sequence += 1
             group.waiters[client_id] = self._wait_sequence
@@ -594,6 +625,8 @@ class Scheduler:
         if not (holding.leased and used == 0.0):  # a lease given back unused says nothing
             self._adapt_quantum(client, holding, charged, used, idle)
             group.last_release = now
+        if idle and not group.waiters:
+            group.idle_since = now
         if keep_lease and idle and not holding.revoked and not group.capped and not self._waiting_groups:
             holding.leased = True
             holding.grant_time = now
@@ -1159,6 +1192,45 @@ class Scheduler:
                 continue  # a waiter already queued (so first on equal keys) is served first
             found.append(group.name)
         return frozenset(found)
+
+    def _note_arrival(self, group: _Group, now: float) -> None:
+        """A request of a group none of whose clients waits or holds: an
+        arrival, kept when it follows an idle release (a group that came
+        back from a preemption or an expiry was busy, not periodic)."""
+        if group.idle_since is None:
+            group.arrivals.clear()
+        else:
+            group.arrivals.append(now)
+        group.idle_since = None
+
+    @staticmethod
+    def _expected_arrival(group: _Group) -> tuple[float, float] | None:
+        """(earliest, latest) time of the group's next arrival when its last
+        periods agree within _PERIODIC_SPREAD, else None."""
+        arrivals = group.arrivals
+        if group.idle_since is None or len(arrivals) < _ARRIVALS:
+            return None
+        periods = [later - earlier for earlier, later in zip(arrivals, list(arrivals)[1:])]
+        shortest, longest = min(periods), max(periods)
+        if longest - shortest > _PERIODIC_SPREAD:
+            return None
+        return arrivals[-1] + shortest, arrivals[-1] + longest + _EXPECTED_SLACK
+
+    def expected_preemption(self, now: float) -> tuple[float, float] | None:
+        """The earliest window ``(start, end)`` in which a periodic group
+        that would preempt the current holder (``preemptors``) is expected
+        to ask, if one ends after `now`; else None. Published on the
+        preemption doorbell: the holder starts no long kernel that would
+        still run at ``start`` before ``end`` has passed (a hint, like the
+        flags: see the module docstring, Anticipation)."""
+        if not self.config.anticipate_preemption:
+            return None
+        best = None
+        for name in self.preemptors(now):
+            window = self._expected_arrival(self._groups[name])
+            if window is not None and window[1] > self._now and (best is None or window[0] < best[0]):
+                best = window
+        return best
 
     def others_waiting(self) -> bool:
         """Does a client of a group other than the holder's wait (any waiter

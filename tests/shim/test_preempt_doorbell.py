@@ -109,3 +109,81 @@ def test_rings_no_revoke_follows_cost_one_bounded_pause_each_quiet_period(runner
     # not one per ring (about 150).
     assert pauses <= 1.5 / 0.1 + 2 < rings
     assert int(stats["launched"]) > 0
+
+
+def _periodic_high_beside_low_holder(runner, tokend):
+    """A high-priority process bursting (8 x 0.5 ms, sync, think 20 ms) for
+    2.5 s beside a low-priority holder of 2 ms kernels. Returns the holder's
+    counters and its debug log."""
+    admin, low, high = _groups(tokend)
+    holder = _holder_loop(runner, tokend, low, 4)
+    time.sleep(0.3)
+    rc, out, err = runner.run("bursts", "driver", 2.5, MS // 2, 8, 20, **group_env(tokend, "high", high.secret))
+    assert rc == 0, err
+    assert int(out["bursts"]) >= 20
+    out_text, err_text = holder.communicate(timeout=30)
+    assert holder.returncode == 0, err_text
+    return parse_kv(out_text), err_text
+
+
+def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend):
+    """Once tokend has seen the bursts' period it publishes when the next is
+    expected: the holder starts no 2 ms kernel that would run into it (an
+    anticipation pause), and the ring that follows turns that pause into a
+    ring's, ended by the Revoke of the same token."""
+    stats, err_text = _periodic_high_beside_low_holder(runner, tokend)
+    assert int(stats["shim_anticipation_pauses"]) >= 1, err_text
+    anticipated = {int(t) for t in re.findall(r"token (\d+): a preemptor is expected in", err_text)}
+    rung = {int(t) for t in re.findall(r"token (\d+): preemption doorbell rang", err_text)}
+    revoked = {int(t) for t in re.findall(r"token (\d+) revoked by tokend", err_text)}
+    assert anticipated & rung & revoked, err_text
+    for token in anticipated & rung:
+        assert err_text.index(f"token {token}: a preemptor is expected in") < \
+            err_text.index(f"token {token}: preemption doorbell rang")
+
+
+def test_no_anticipation_when_tokend_is_told_not_to(runner, tmp_path, sim_lib_dir):
+    from gslice.testing import TokendProcess
+
+    tokend = TokendProcess(tmp_path, gpu="fake", fake_gpu_memory=16 << 30,
+                           extra_args=["--anticipate-preemption", "off"])
+    tokend.start()
+    try:
+        stats, err_text = _periodic_high_beside_low_holder(runner, tokend)
+    finally:
+        tokend.close()
+    assert int(stats["shim_anticipation_pauses"]) == 0
+    assert int(stats["shim_doorbell_pauses"]) >= 1, err_text  # the rings still stop it
+
+
+def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runner, tokend):
+    """A tenant writes an "expected preemption" window on the page over and
+    over (nobody is expected: tokend never wrote one): the holder holds its
+    kernels back at most 5 ms, then ignores windows for 100 ms, and keeps
+    working."""
+    admin, low, high = _groups(tokend)
+    holder = _holder_loop(runner, tokend, low, 3)
+    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
+    deadline = time.monotonic() + 1.5
+    writes = 0
+    with open(page_path, "r+b") as f:
+        import mmap
+        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
+        try:
+            while time.monotonic() < deadline:
+                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                struct.pack_into("<QQ", page, preempt_doorbell._EXPECTED_OFFSET, now + MS, now + 20 * MS)
+                writes += 1
+                time.sleep(0.01)
+        finally:
+            page.close()
+    out_text, err_text = holder.communicate(timeout=30)
+    assert holder.returncode == 0, err_text
+    stats = parse_kv(out_text)
+    pauses, lapses = int(stats["shim_anticipation_pauses"]), int(stats["shim_anticipation_lapses"])
+    assert pauses >= 1, err_text
+    assert 1 <= lapses <= pauses
+    # One pause per 100 ms while windows were there (1.5 s + the last one's
+    # 20 ms), not one per write (about 150).
+    assert pauses <= 1.52 / 0.1 + 2 < writes
+    assert int(stats["launched"]) > 0

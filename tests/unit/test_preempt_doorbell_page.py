@@ -75,8 +75,10 @@ def test_python_constants_mirror_the_c_header():
     assert _c_int(DEFINES["GS_DOORBELL_FLAGS_OFFSET"]) == preempt_doorbell.FLAGS_OFFSET
     assert preempt_doorbell.SLOTS == preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET
     assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "reserved": 12, "ring_seq": 16, "ring_slot": 20,
-                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40,
+                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "pad": 44,
+                       "expected_start_ns": 48, "expected_end_ns": 56,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET}
+    assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
 
 
 def test_new_page_has_the_header_and_nothing_else(doorbell):
@@ -176,6 +178,27 @@ def test_publish_writes_exactly_the_flags_the_holder_and_contended(doorbell):
     assert _page(doorbell.path) == before
 
 
+def _window(page: bytes) -> tuple[int, int]:
+    return (struct.unpack_from("<Q", page, OFFSETS["expected_start_ns"])[0],
+            struct.unpack_from("<Q", page, OFFSETS["expected_end_ns"])[0])
+
+
+def test_publish_writes_the_expected_window_in_ns_and_clears_it(doorbell):
+    before = _page(doorbell.path)
+    doorbell.publish("low", frozenset({"high"}), expected=(12.5, 12.503))
+    page = _page(doorbell.path)
+    assert _window(page) == (12_500_000_000, 12_503_000_000) == doorbell.read_expected()
+    # Nothing else moved but the holder, contended and the flag.
+    expected = bytearray(before)
+    struct.pack_into("<I", expected, OFFSETS["holder_slot"], doorbell.slot("low"))
+    struct.pack_into("<I", expected, OFFSETS["contended"], 1)
+    struct.pack_into("<QQ", expected, OFFSETS["expected_start_ns"], 12_500_000_000, 12_503_000_000)
+    expected[OFFSETS["may_preempt"] + doorbell.slot("high") - 1] = 1
+    assert page == bytes(expected)
+    doorbell.publish("low", frozenset({"high"}))
+    assert _window(_page(doorbell.path)) == (0, 0)
+
+
 def test_publish_gives_a_slot_to_a_group_it_names_first(doorbell):
     doorbell.publish("holder", frozenset({"waiter"}))
     page = _page(doorbell.path)
@@ -206,7 +229,7 @@ def test_forget_clears_the_forgotten_groups_flag(doorbell):
 def test_reopening_keeps_the_inode_and_ring_count_and_clears_the_rest(tmp_path):
     path = tmp_path / preempt_doorbell.FILE_NAME
     first = PreemptDoorbell(path)
-    first.publish("low", frozenset({"high"}))
+    first.publish("low", frozenset({"high"}), expected=(1.0, 1.002))
     _ring(path, seq=9, slot=first.slot("high"), ns=42)
     inode = path.stat().st_ino
     # A daemon that died without close(): its flags and holder are still there.
@@ -217,6 +240,7 @@ def test_reopening_keeps_the_inode_and_ring_count_and_clears_the_rest(tmp_path):
         assert _u32(page, "magic") == preempt_doorbell.MAGIC
         assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
         assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
+        assert _window(page) == (0, 0)
         assert _u32(page, "ring_seq") == 9
         assert second.read_ring() == (9, 2, 42)  # "high" had slot 2
         assert second.slot("anyone") == 1  # numbering starts afresh
@@ -228,7 +252,7 @@ def test_reopening_keeps_the_inode_and_ring_count_and_clears_the_rest(tmp_path):
 def test_close_clears_flags_and_holder_and_leaves_the_file(tmp_path):
     path = tmp_path / preempt_doorbell.FILE_NAME
     doorbell = PreemptDoorbell(path)
-    doorbell.publish("low", frozenset({"high", "mid"}))
+    doorbell.publish("low", frozenset({"high", "mid"}), expected=(3.0, 3.001))
     _ring(path, seq=2, slot=doorbell.slot("high"), ns=7)
     doorbell.close()
     assert path.exists()
@@ -236,4 +260,5 @@ def test_close_clears_flags_and_holder_and_leaves_the_file(tmp_path):
     assert _u32(page, "magic") == preempt_doorbell.MAGIC
     assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
     assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
+    assert _window(page) == (0, 0)
     assert _u32(page, "ring_seq") == 2

@@ -7,13 +7,14 @@
  *
  *   cuda_probe launch ROUTE N KERNEL_NS        N sleep kernels, no sync, then one sync
  *   cuda_probe loop ROUTE SECONDS KERNEL_NS SYNC_EVERY   saturating loop (0: never sync)
+ *   cuda_probe bursts ROUTE SECONDS KERNEL_NS BURST THINK_MS  BURST kernels, sync, think, again
  *   cuda_probe alloc ROUTE CHUNK MAX [wait]    allocate CHUNK bytes until refused or MAX
  *                                              (wait: hold them until stdin closes)
  *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
  *   cuda_probe fork N KERNEL_NS                child launches N kernels after fork
  *   cuda_probe routes                          which pointers the runtime route hands out
  * ROUTE is "driver" (exported names) or "runtime" (cuGetProcAddress_v2 route).
- * launch and loop end with the shim's gate counters (shim_revokes=...) when
+ * launch, loop and bursts end with the shim's gate counters (shim_revokes=...) when
  * the shim is preloaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -125,6 +126,8 @@ static void print_shim_stats(void)
     printf("shim_revokes=%llu\nshim_doorbell_pauses=%llu\nshim_doorbell_unanswered=%llu\nshim_doorbell_rings=%llu\n",
            (unsigned long long)st.revokes, (unsigned long long)st.doorbell_pauses,
            (unsigned long long)st.doorbell_unanswered, (unsigned long long)st.doorbell_rings);
+    printf("shim_anticipation_pauses=%llu\nshim_anticipation_lapses=%llu\n",
+           (unsigned long long)st.anticipation_pauses, (unsigned long long)st.anticipation_lapses);
 }
 
 static int run_launch(int n, uint64_t ns)
@@ -164,6 +167,25 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
     return 0;
 }
 
+/* Inference-like: periodic bursts, so tokend sees arrivals at regular periods. */
+static int run_bursts(double seconds, uint64_t ns, int burst, double think_ms)
+{
+    double end = now_s() + seconds;
+    long bursts = 0;
+    uint64_t think_ns = (uint64_t)(think_ms * 1e6);
+    struct timespec think = {(time_t)(think_ns / 1000000000ull), (long)(think_ns % 1000000000ull)};
+    while (now_s() < end) {
+        for (int i = 0; i < burst; i++)
+            check(launch_sleep(ns), "launch");
+        check(ctx_sync(), "cuCtxSynchronize");
+        bursts++;
+        nanosleep(&think, NULL);
+    }
+    printf("bursts=%ld\n", bursts);
+    print_shim_stats();
+    return 0;
+}
+
 static int run_alloc(size_t chunk, int max)
 {
     int ok = 0;
@@ -199,6 +221,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "loop") && argc >= 6) {
         setup(argv[2], 0);
         return run_loop(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
+    }
+    if (!strcmp(mode, "bursts") && argc >= 7) {
+        setup(argv[2], 0);
+        return run_bursts(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]), atof(argv[6]));
     }
     if (!strcmp(mode, "alloc") && argc >= 5) {
         setup(argv[2], 0);
