@@ -49,6 +49,17 @@ def burst(s: Scheduler, at: float, length: float = BURST, idle: bool = True) -> 
     assert s.holder() is not None and s.holder()[0] in ("l1", "l2")
 
 
+def periodic() -> tuple[Scheduler, list[float]]:
+    """sharing() after ARRIVALS bursts of h1 exactly PERIOD apart (after a
+    first one that does not count); returns them."""
+    s = sharing()
+    burst(s, 0.05)
+    arrivals = [0.1 + k * PERIOD for k in range(ARRIVALS)]
+    for at in arrivals:
+        burst(s, at)
+    return s, arrivals
+
+
 def test_a_periodic_preemptor_is_expected_one_shortest_period_after_its_last_arrival():
     s = sharing()
     burst(s, 0.05)
@@ -93,22 +104,14 @@ def test_irregular_arrivals_expect_nothing():
 
 
 def test_nothing_is_expected_once_the_window_has_passed():
-    s = sharing()
-    burst(s, 0.05)
-    arrivals = [0.1 + k * PERIOD for k in range(ARRIVALS)]
-    for at in arrivals:
-        burst(s, at)
+    s, arrivals = periodic()
     end = arrivals[-1] + PERIOD + SLACK
     assert s.expected_preemption(end - 1e-4) is not None
     assert s.expected_preemption(end + 1e-4) is None
 
 
 def test_nothing_is_expected_while_the_periodic_group_waits_or_holds():
-    s = sharing()
-    burst(s, 0.05)
-    arrivals = [0.1 + k * PERIOD for k in range(ARRIVALS)]
-    for at in arrivals:
-        burst(s, at)
+    s, arrivals = periodic()
     asked = arrivals[-1] + PERIOD
     s.request("h1", asked)  # preempts: it holds now
     assert s.holder()[0] == "h1"
