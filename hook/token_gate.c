@@ -378,11 +378,11 @@ static void acquire_locked(gs_gate *g)
         /* A higher class rang while this grant was on its way: tokend hands
          * the token over as soon as that request reaches it, so do not queue
          * a kernel in front of it now. */
-        uint64_t now = monotonic_ns();
+        uint64_t now = monotonic_ns(), kernel_ns = long_kernel_ns(g);
         if (gs_doorbell_outranking_ring_within(&g->doorbell, now, GS_GATE_DOORBELL_PAUSE_NS))
             doorbell_pause_locked(g, "rang just before this grant");
-        else if (long_kernel_ns(g))
-            anticipation_pause_locked(g, now, now + long_kernel_ns(g));   /* its first kernel */
+        else if (kernel_ns)
+            anticipation_pause_locked(g, now, now + kernel_ns);   /* its first kernel */
         return;
     }
     if (rc == GS_RPC_UNAVAILABLE && !g->loss_logged) {

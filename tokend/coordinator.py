@@ -187,9 +187,9 @@ class Coordinator:
         holder = self.scheduler.holder()
         holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
         now = time.monotonic()
-        self.doorbell.publish(holder_group, self.scheduler.preemptors(now),
-                              others_waiting=self.scheduler.others_waiting(),
-                              expected=self.scheduler.expected_preemption(now))
+        preemptors = self.scheduler.preemptors(now)
+        self.doorbell.publish(holder_group, preemptors, others_waiting=self.scheduler.others_waiting(),
+                              expected=self.scheduler.expected_preemption(now, preemptors))
 
     def _rang(self, client_id: str) -> bool:
         """Its request rang the doorbell: the holder stopped already (the

@@ -1216,17 +1216,18 @@ class Scheduler:
             return None
         return arrivals[-1] + shortest, arrivals[-1] + longest + _EXPECTED_SLACK
 
-    def expected_preemption(self, now: float) -> tuple[float, float] | None:
+    def expected_preemption(self, now: float, preemptors: frozenset[str] | None = None) -> tuple[float, float] | None:
         """The earliest window ``(start, end)`` in which a periodic group
         that would preempt the current holder (``preemptors``) is expected
         to ask, if one ends after `now`; else None. Published on the
         preemption doorbell: the holder starts no long kernel that would
         still run at ``start`` before ``end`` has passed (a hint, like the
-        flags: see the module docstring, Anticipation)."""
+        flags: see the module docstring, Anticipation). `preemptors`: what
+        ``preemptors(now)`` just returned, if the caller has it."""
         if not self.config.anticipate_preemption:
             return None
         best = None
-        for name in self.preemptors(now):
+        for name in self.preemptors(now) if preemptors is None else preemptors:
             window = self._expected_arrival(self._groups[name])
             if window is not None and window[1] > self._now and (best is None or window[0] < best[0]):
                 best = window

@@ -72,6 +72,7 @@ def test_a_periodic_preemptor_is_expected_one_shortest_period_after_its_last_arr
     assert start == pytest.approx(arrivals[-1] + PERIOD)
     assert end == pytest.approx(arrivals[-1] + PERIOD + SLACK)
     assert s.preemptors(now) == {"hi"}
+    assert s.expected_preemption(now, s.preemptors(now)) == (start, end)  # the coordinator's call
 
 
 def test_the_window_spans_the_shortest_to_the_longest_period():
