@@ -19,11 +19,11 @@ static gs_slot *_Atomic slot_by_ordinal[GS_MAX_DEVICE_ORDINALS];
 
 /* ---- rpc callbacks (I/O thread: short, no gs_rpc_* calls) ---- */
 
-static void on_revoke(void *ctx, uint64_t token_id, const char *reason)
+static void on_revoke(void *ctx, uint64_t token_id, const char *reason, bool lease_reclaim)
 {
     gs_slot *s = ctx;
     GS_DEBUG("tokend revoked token %llu (%s)", (unsigned long long)token_id, reason ? reason : "");
-    gs_gate_on_revoke(&s->gate, token_id);
+    gs_gate_on_revoke(&s->gate, token_id, !lease_reclaim);
 }
 
 static void on_quota_changed(void *ctx, uint64_t quota)
@@ -59,6 +59,7 @@ static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
         GS_INFO("attached to tokend at %s: group %s, gpu %s, memory quota %llu bytes", s->socket_path,
                 info->group, info->gpu_uuid, (unsigned long long)info->memory_quota);
     }
+    gs_gate_lease_at_start(&s->gate);
 }
 
 static void on_disconnected(void *ctx)

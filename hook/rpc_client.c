@@ -444,7 +444,7 @@ static bool handle_control_event(gs_rpc *rpc, const uint8_t *body, size_t len, c
         if (!rpc_codec_read_revoke(body, len, &token_id, reason, sizeof reason))
             return false;
         if (rpc->cfg.on_revoke)
-            rpc->cfg.on_revoke(rpc->cfg.ctx, token_id, reason);
+            rpc->cfg.on_revoke(rpc->cfg.ctx, token_id, reason, false);   /* as a preemption: the safe side */
         return true;
     }
     switch (event.which_event) {
@@ -454,7 +454,7 @@ static bool handle_control_event(gs_rpc *rpc, const uint8_t *body, size_t len, c
     case gslice_v1_ControlEvent_revoke_tag:
         if (rpc->cfg.on_revoke)
             rpc->cfg.on_revoke(rpc->cfg.ctx, event.event.revoke.token_id,
-                               event.event.revoke.reason);
+                               event.event.revoke.reason, event.event.revoke.lease_reclaim);
         break;
     case gslice_v1_ControlEvent_quota_changed_tag:
         pthread_mutex_lock(&rpc->lock);
@@ -865,8 +865,8 @@ int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint64_t *toke
     return gs_rpc_acquire_sized(rpc, timeout_ms, wait_ms, 0, false, token_id, quantum_us);
 }
 
-int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
-                         bool doorbell_rang, uint64_t *token_id, uint32_t *quantum_us)
+static int acquire_token(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us, bool doorbell_rang,
+                         bool lease_if_free, uint64_t *token_id, uint32_t *quantum_us)
 {
     rpc_call *call = new_caller_call(M_ACQUIRE);
     if (!call)
@@ -874,6 +874,7 @@ int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t
     call->request.acquire.timeout_ms = timeout_ms;
     call->request.acquire.work_item_us = work_item_us;
     call->request.acquire.doorbell_rang = doorbell_rang;
+    call->request.acquire.lease_if_free = lease_if_free;
     int rc = run_call(rpc, call, wait_ms);
     if (rc == GS_RPC_OK) {
         if (token_id)
@@ -883,6 +884,17 @@ int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t
     }
     finish_call(rpc, call, rc);
     return rc;
+}
+
+int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
+                         bool doorbell_rang, uint64_t *token_id, uint32_t *quantum_us)
+{
+    return acquire_token(rpc, timeout_ms, wait_ms, work_item_us, doorbell_rang, false, token_id, quantum_us);
+}
+
+int gs_rpc_lease_if_free(gs_rpc *rpc, int wait_ms, uint64_t *token_id, uint32_t *quantum_us)
+{
+    return acquire_token(rpc, 0, wait_ms, 0, false, true, token_id, quantum_us);
 }
 
 /* ReleaseToken; keep_lease asks to keep the token across an idle gap. */

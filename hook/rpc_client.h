@@ -60,7 +60,9 @@ typedef struct gs_rpc_config {
     const char *process_name;
     /* Callbacks run on the I/O thread; keep them short and never call back
      * into gs_rpc_* from them. Any may be NULL. */
-    void (*on_revoke)(void *ctx, uint64_t token_id, const char *reason);
+    /* lease_reclaim: a lease taken back for a client of no higher class
+     * (Revoke.lease_reclaim), not a preemption. */
+    void (*on_revoke)(void *ctx, uint64_t token_id, const char *reason, bool lease_reclaim);
     void (*on_quota_changed)(void *ctx, uint64_t memory_quota);
     void (*on_attached)(void *ctx, const gs_attach_info *info, bool reconnect);
     void (*on_disconnected)(void *ctx);
@@ -87,6 +89,9 @@ int gs_rpc_release(gs_rpc *rpc, uint64_t token_id, uint64_t used_us,
  * rang the preemption doorbell first (preempt_doorbell.h). */
 int gs_rpc_acquire_sized(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms, uint32_t work_item_us,
                          bool doorbell_rang, uint64_t *token_id, uint32_t *quantum_us);
+/* AcquireToken(lease_if_free), at process start: *token_id is a lease on
+ * the token if tokend had it free, else 0 (tokend never makes it wait). */
+int gs_rpc_lease_if_free(gs_rpc *rpc, int wait_ms, uint64_t *token_id, uint32_t *quantum_us);
 /* Idle release that keeps the token as a lease while nobody else waits;
  * *lease_kept says whether the daemon kept it (then token_id is still held). */
 int gs_rpc_release_idle_lease(gs_rpc *rpc, uint64_t token_id, uint64_t used_us, int wait_ms,

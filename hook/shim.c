@@ -74,6 +74,7 @@ bool gs_shim_metered(void)
 void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void *work)
 {
     t->gate = NULL;
+    t->wake_keeper = false;
     t->work = work;
     t->checkpoint = false;
     t->launches = 0;
@@ -128,6 +129,8 @@ void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresul
         gs_gate_checkpoint(t->gate, stream, ptsz, t->launches, t->launches == 1 ? t->work : NULL);
         gs_capture_restore(mode);
     }
+    if (t->wake_keeper)
+        gs_gate_wake_keeper(t->gate);
 }
 
 gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx)

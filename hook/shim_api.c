@@ -44,6 +44,8 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->doorbell_rings = g.doorbell_rings;
     out->anticipation_pauses = g.anticipation_pauses;
     out->anticipation_lapses = g.anticipation_lapses;
+    out->lease_resumes = g.lease_resumes;
+    out->leases_at_start = g.leases_at_start;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

@@ -16,6 +16,8 @@ typedef struct gslice_shim_stats {
     uint64_t used_us, overrun_us, daemon_losses;
     uint64_t doorbell_pauses, doorbell_unanswered, doorbell_rings;
     uint64_t anticipation_pauses, anticipation_lapses;
+    uint64_t lease_resumes;      /* slices started on a kept lease, without a round trip */
+    uint64_t leases_at_start;    /* 1 when tokend gave this process a free token as a lease at attach */
     uint64_t memory_held, memory_pending_release, tracked_allocations;
     uint64_t reservations, refusals, release_flushes, bytes_released;
 } gslice_shim_stats;

@@ -191,7 +191,7 @@ static void pause_unanswered_locked(gs_gate *g)
     g->pause_anticipated = false;
 }
 
-static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us)
+static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us, bool wake_keeper)
 {
     uint64_t now = monotonic_ns();
     g->state = GS_GATE_HOLDING;
@@ -207,7 +207,8 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
     pause_unanswered_locked(g);   /* the last slice ended (idle, quantum) while paused */
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
-    pthread_cond_signal(&g->keeper_wake);
+    if (wake_keeper)
+        pthread_cond_signal(&g->keeper_wake);
     pthread_cond_broadcast(&g->changed);
 }
 
@@ -372,7 +373,7 @@ static void acquire_locked(gs_gate *g)
                     (double)(monotonic_ns() - g->loss_since_ns) / 1e9);
             g->loss_logged = false;
         }
-        open_slice_locked(g, token_id, quantum_us);
+        open_slice_locked(g, token_id, quantum_us, true);
         atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
         GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
         /* A higher class rang while this grant was on its way: tokend hands
@@ -433,7 +434,8 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
         tls_contiguous = false;   /* waiting for the gate: the GPU may run dry meanwhile */
         if (g->state == GS_GATE_LEASED && !g->revoke_pending && !g->stopping) {
             /* The token was kept across the idle gap: a new slice, no RPC. */
-            open_slice_locked(g, g->token_id, g->quantum_us);
+            open_slice_locked(g, g->token_id, g->quantum_us, false);
+            t->wake_keeper = true;   /* gs_gate_wake_keeper, after the launch */
             atomic_fetch_add_explicit(&g->n_lease_resumes, 1, memory_order_relaxed);
             continue;
         }
@@ -688,6 +690,41 @@ static void return_lease_locked(gs_gate *g)
     pthread_cond_broadcast(&g->changed);
 }
 
+/* Keeper, after an attach: take the token as a lease if tokend has it free
+ * (nobody holds or waits), so the process's first burst starts without a
+ * round trip, as its later ones do. Launches arriving meanwhile wait in
+ * ACQUIRING; a Revoke racing the reply is kept in revoked_before_grant.
+ * Only from NO_TOKEN: a launch that already asked needs no lease. */
+static void lease_at_start_locked(gs_gate *g)
+{
+    g->state = GS_GATE_ACQUIRING;
+    pthread_mutex_unlock(&g->mu);
+    uint64_t token_id = 0;
+    uint32_t quantum_us = 0;
+    int rc = gs_rpc_lease_if_free(g->rpc, RELEASE_WAIT_MS, &token_id, &quantum_us);
+    pthread_mutex_lock(&g->mu);
+    if (g->state != GS_GATE_ACQUIRING)
+        return;   /* fork or stop reset the gate underneath us */
+    if (rc == GS_RPC_OK && token_id != 0) {
+        g->state = GS_GATE_LEASED;
+        g->token_id = token_id;
+        g->quantum_us = quantum_us ? quantum_us : 1000;
+        g->revoke_pending = g->revoked_before_grant == token_id;
+        g->revoked_before_grant = 0;
+        g->token_lost = false;
+        atomic_fetch_add_explicit(&g->n_leases_at_start, 1, memory_order_relaxed);
+        GS_DEBUG("token %llu leased at start: %u us", (unsigned long long)token_id, quantum_us);
+        if (g->revoke_pending)
+            pthread_cond_signal(&g->keeper_wake);
+    } else {
+        if (rc != GS_RPC_OK)
+            GS_DEBUG("AcquireToken(lease_if_free) returned %d (%s); the first launch asks", rc,
+                     gs_rpc_last_error());
+        g->state = GS_GATE_NO_TOKEN;
+    }
+    pthread_cond_broadcast(&g->changed);
+}
+
 static void *keeper_main(void *arg)
 {
     gs_gate *g = arg;
@@ -699,6 +736,12 @@ static void *keeper_main(void *arg)
             pthread_mutex_unlock(&g->mu);
             g->service(g->service_ctx);
             pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        if (g->lease_wanted) {
+            g->lease_wanted = false;
+            if (g->state == GS_GATE_NO_TOKEN && g->rpc)
+                lease_at_start_locked(g);
             continue;
         }
         uint64_t now = monotonic_ns();
@@ -753,7 +796,7 @@ static void *keeper_main(void *arg)
     return NULL;
 }
 
-void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
+void gs_gate_on_revoke(gs_gate *g, uint64_t token_id, bool preemption)
 {
     GS_DEBUG("token %llu revoked by tokend", (unsigned long long)token_id);
     pthread_mutex_lock(&g->mu);
@@ -764,7 +807,8 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id)
         /* Stop submitting at once: the keeper drains and releases. */
         if (g->state == GS_GATE_HOLDING) {
             atomic_store_explicit(&g->open, 0, memory_order_release);
-            atomic_store_explicit(&g->preempted_ns, monotonic_ns(), memory_order_relaxed);
+            if (preemption)
+                atomic_store_explicit(&g->preempted_ns, monotonic_ns(), memory_order_relaxed);
         }
         pthread_cond_signal(&g->keeper_wake);
         if (g->doorbell_pause_until_ns) {
@@ -809,14 +853,26 @@ void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot,
     gs_doorbell_attach(&g->doorbell, socket_path, slot, priority, on_doorbell, g);
 }
 
-void gs_gate_kick_service(gs_gate *g)
+void gs_gate_wake_keeper(gs_gate *g)
 {
     pthread_mutex_lock(&g->mu);
-    g->service_requested = true;
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Set one of the keeper's request flags and wake it (starting it if needed). */
+static void ask_keeper(gs_gate *g, bool *request)
+{
+    pthread_mutex_lock(&g->mu);
+    *request = true;
     ensure_keeper_locked(g);
     pthread_cond_signal(&g->keeper_wake);
     pthread_mutex_unlock(&g->mu);
 }
+
+void gs_gate_lease_at_start(gs_gate *g) { ask_keeper(g, &g->lease_wanted); }
+
+void gs_gate_kick_service(gs_gate *g) { ask_keeper(g, &g->service_requested); }
 
 /* ---- checkpoints: bound the GPU work queued past the token ---- */
 
@@ -1126,6 +1182,7 @@ void gs_gate_fork_child(gs_gate *g)
     atomic_store(&g->open, 0);
     g->keeper_running = false;
     g->service_requested = false;
+    g->lease_wanted = false;
     g->revoke_pending = false;
     g->wrap_up = false;
     g->doorbell_pause_until_ns = 0;
@@ -1171,6 +1228,7 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->daemon_losses = atomic_load(&g->n_losses);
     out->renewals = atomic_load(&g->n_renewals);
     out->lease_resumes = atomic_load(&g->n_lease_resumes);
+    out->leases_at_start = atomic_load(&g->n_leases_at_start);
     out->wrap_ups = atomic_load(&g->n_wrap_ups);
     out->doorbell_pauses = atomic_load(&g->n_doorbell_pauses);
     out->doorbell_unanswered = atomic_load(&g->n_doorbell_unanswered);

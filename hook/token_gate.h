@@ -145,6 +145,7 @@ typedef struct gs_gate_stats {
     uint64_t daemon_losses;
     uint64_t renewals;
     uint64_t lease_resumes;
+    uint64_t leases_at_start;      /* free tokens tokend leased at an attach (gs_gate_lease_at_start) */
     uint64_t wrap_ups;
     uint64_t doorbell_pauses;      /* slices paused by a ring */
     uint64_t doorbell_unanswered;  /* ... that no Revoke followed within the bound */
@@ -184,6 +185,7 @@ typedef struct gs_gate {
     bool stopping;
     bool keeper_running;
     bool service_requested;
+    bool lease_wanted;             /* attached: ask tokend for a free token as a lease (keeper) */
     pthread_t keeper;
     CUcontext contexts[GS_GATE_MAX_CONTEXTS];
     int n_contexts;
@@ -208,13 +210,14 @@ typedef struct gs_gate {
     int last_done;                 /* index of the last completed checkpoint, -1 none */
     uint64_t newest_end_ns;        /* long kernels: estimated end of the newest one queued */
     uint32_t newest_generation;    /* the slice of the newest checkpoint recorded */
-    _Atomic uint64_t preempted_ns; /* when a held slice was last revoked: a preemption (or, rarely,
-                                    * an expiry); 0: never */
+    _Atomic uint64_t preempted_ns; /* when a held slice was last revoked by a preemption (or, rarely,
+                                    * an expiry; a lease taken back for a client of no higher class is
+                                    * not one); 0: never */
     gs_work_estimate estimates[GS_GATE_WORK_ESTIMATES];
     _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
-        n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_wrap_ups,
+        n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_leases_at_start, n_wrap_ups,
         n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses;
 } gs_gate;
 
@@ -246,6 +249,7 @@ typedef struct gs_launch_ticket {
     bool checkpoint;     /* record a checkpoint after the launch */
     uint32_t launches;   /* launches the checkpoint closes */
     const void *work;    /* CUfunction / CUgraphExec launched (NULL: a copy or fill) */
+    bool wake_keeper;    /* a lease resumed: wake the keeper once the launch is queued */
 } gs_launch_ticket;
 
 void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
@@ -253,6 +257,11 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
 /* Blocks until the gate is open for this thread; ctx is the launch's
  * context (remembered for the end-of-slice synchronise). */
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
+/* After the launch of a ticket with wake_keeper (successful or not): the
+ * keeper starts watching the slice resumed on a lease. Deferred until the
+ * launch is queued so that its wake-up does not compete with the GPU's for
+ * a CPU (on a 2-core machine it delayed a burst's first kernel). */
+void gs_gate_wake_keeper(gs_gate *g);
 /* After a successful launch whose countdown ran out. */
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work);
 /* Before a checkpointed launch of `work` (NULL: unknown): with long kernels,
@@ -267,13 +276,20 @@ void gs_gate_mark_start(CUstream stream, int ptsz);
 uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);
 
 /* Called from the rpc I/O thread (short, never call gs_rpc_*). */
-void gs_gate_on_revoke(gs_gate *g, uint64_t token_id);
+/* preemption: false for a lease taken back for a client of no higher class
+ * (then the gate does not shorten its feed-ahead as after a preemption). */
+void gs_gate_on_revoke(gs_gate *g, uint64_t token_id, bool preemption);
 void gs_gate_on_connection_lost(gs_gate *g);
 /* Attached (again): map this GPU's preemption doorbell and take the group's
  * slot (AttachReply.doorbell_slot; 0: none); priority: the group's class. */
 void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority);
 /* Ask the keeper to run the service hook soon (starts it if needed). */
 void gs_gate_kick_service(gs_gate *g);
+/* Attached: have the keeper ask tokend for the token as a lease if it is
+ * free (AcquireToken lease_if_free), so the first launch resumes it without
+ * a round trip. Launches meanwhile wait for the answer, as for any acquire.
+ * Called from the rpc I/O thread. */
+void gs_gate_lease_at_start(gs_gate *g);
 
 /* Process-wide generation source (unique across gates). */
 uint32_t gs_gate_next_generation(void);

@@ -25,7 +25,7 @@ LDFLAGS = ["-shared", "-pthread", "-Wl,-z,now", "-Wl,-z,relro", "-Wl,--no-undefi
 LIBRARIES = {
     "libcuda.so.1": {
         "sources": ["sim_device.c", "cuda_context.c", "cuda_streams.c", "cuda_launch.c", "cuda_memory.c",
-                    "cuda_proc_address.c"],
+                    "cuda_proc_address.c", "kernel_trace.c"],
         "link": "libcuda.so",
         "libs": [],
     },

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cuda_internal.h"
+#include "kernel_trace.h"
 
 /* Launches pending on one stream before a launch blocks, as on a real GPU. */
 #define SIM_STREAM_DEPTH 1024
@@ -149,14 +150,21 @@ static void event_unref_locked(struct CUevent_st *ev) {
 
 /* ---- worker ------------------------------------------------------------- */
 
+/* One kernel on the engine, recorded in the kernel trace when it is on. */
+static void run_kernel(const struct sim_stream_item *item, uint64_t duration_ns, struct sim_engine_turn *turn) {
+    uint64_t ready = sim_kernel_trace_enabled() ? sim_now_ns() : 0;
+    sim_engine_run(sim_process.dev, sim_process.slot, duration_ns, turn, true);
+    if (ready) sim_kernel_trace_add(item->enqueued_ns, ready, turn->last_start_ns, turn->last_end_ns, duration_ns);
+}
+
 static void run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
     switch (item->kind) {
     case SIM_ITEM_KERNEL:
-        sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, true);
+        run_kernel(item, item->duration_ns, turn);
         break;
     case SIM_ITEM_GRAPH: {
         const uint64_t *durations = item->ptr;
-        for (uint32_t i = 0; i < item->count; i++) sim_engine_run(sim_process.dev, sim_process.slot, durations[i], turn, true);
+        for (uint32_t i = 0; i < item->count; i++) run_kernel(item, durations[i], turn);
         free(item->ptr);
         break;
     }
@@ -200,7 +208,7 @@ static void *stream_worker(void *arg) {
     struct CUstream_st *s = arg;
     /* Default timer slack (50 us) would stretch 20 us kernels to 70 us. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    struct sim_engine_turn turn = {0, false};
+    struct sim_engine_turn turn = {0};
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (s->head == s->tail && s->state != STREAM_CLOSING) {
@@ -321,6 +329,7 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
         pthread_mutex_unlock(&event_lock);
     }
     s->ring[s->tail % SIM_STREAM_DEPTH] = *item;
+    if (sim_kernel_trace_enabled()) s->ring[s->tail % SIM_STREAM_DEPTH].enqueued_ns = sim_now_ns();
     s->tail++;
     if (item->kind == SIM_ITEM_KERNEL)
         __atomic_fetch_add(&sim_process.slot->kernels_launched, 1, __ATOMIC_RELAXED);

@@ -491,6 +491,8 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
 
     turn->released_at = acquired;
     turn->has_released = true;
+    turn->last_start_ns = start;
+    turn->last_end_ns = end;
 }
 
 unsigned sim_utilisation_percent(struct sim_device_shared *dev) {

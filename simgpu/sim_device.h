@@ -52,6 +52,7 @@ uint64_t sim_memory_used(struct sim_device_shared *dev);
 struct sim_engine_turn {
     uint64_t released_at; /* engine_acquisitions value when this thread last released it */
     bool has_released;
+    uint64_t last_start_ns, last_end_ns; /* the engine time of its latest run */
 };
 /* Run one kernel (kernel: counted as one) or device-side copy/fill
  * (kernel false): wait for the engine, hold it for duration_ns, record the

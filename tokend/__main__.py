@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "when it is expected next, so the holder starts no long kernel that would still run "
                              "then (on, the default: the preemptor finds the GPU free, the holder's group pays up "
                              "to one kernel of idle GPU per arrival), or not (off)")
+    parser.add_argument("--lease-at-start", choices=["on", "off"], default="on",
+                        help="give a starting client the token as a lease when nobody holds or waits for it, so "
+                             "its first launch needs no round trip (on, the default; taken back when anyone asks, "
+                             "like any lease), or not (off: its first launch asks)")
     parser.add_argument("--cap-period-ms", type=float, default=50.0,
                         help="smooth caps: longest pause between two slices of a group at its limit "
                              "(default 50 ms; 0: the limit holds over the window only)")
@@ -113,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
                                  quantum_max=args.quantum_max_ms / 1000.0, grace=args.grace_ms / 1000.0,
                                  cap_period=args.cap_period_ms / 1000.0,
                                  preempt_handover=args.preempt_handover == "at-once",
-                                 anticipate_preemption=args.anticipate_preemption == "on")
+                                 anticipate_preemption=args.anticipate_preemption == "on",
+                                 lease_at_start=args.lease_at_start == "on")
         config.validate()
         limits = Limits(max_clients=args.max_clients, max_clients_per_group=args.max_clients_per_group,
                         attach_rate=args.attach_rate, attach_burst=args.attach_burst,

@@ -23,6 +23,8 @@ class ClientService:
         return client_pb2.DetachReply()
 
     async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
+        if request.lease_if_free:
+            return self._coordinator.lease_if_free(request.client_id)
         return await self._coordinator.acquire(request.client_id, request.timeout_ms, request.work_item_us,
                                                doorbell_rang=request.doorbell_rang)
 

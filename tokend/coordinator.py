@@ -236,7 +236,8 @@ class Coordinator:
         if session is None:
             return None
         write = ControlWrite(client_pb2.ControlEvent(
-            revoke=client_pb2.Revoke(token_id=revoke.token_id, reason=revoke.reason)))
+            revoke=client_pb2.Revoke(token_id=revoke.token_id, reason=revoke.reason,
+                                     lease_reclaim=revoke.lease_reclaim)))
         session.control_queue.put_nowait(write)
         self.metrics.preemptions.labels(session.group).inc()
         self.events.publish("preempted", session.group, session.public_id,
@@ -415,6 +416,26 @@ class Coordinator:
                 session.pending_grant = None
             if not granted and self.sessions.get(client_id) is session:
                 self._abandon_wait(client_id, waiter)
+
+    def lease_if_free(self, client_id: str) -> client_pb2.AcquireTokenReply:
+        """A starting client's AcquireToken(lease_if_free): the token as a
+        lease if it is free (Scheduler.lease_if_free), else token_id 0 at once."""
+        session = self.session(client_id)
+        if session.pending_grant is not None:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"client {session.public_id} already has an AcquireToken waiting; one at a time")
+        waiter = asyncio.get_running_loop().create_future()
+        session.pending_grant = waiter
+        session.requested_at = time.monotonic()
+        session.doorbell_rang = False
+        try:
+            self._core(self.scheduler.lease_if_free, client_id)
+        finally:
+            session.pending_grant = None
+        if not waiter.done():
+            return client_pb2.AcquireTokenReply(token_id=0, quantum_us=0)
+        grant = waiter.result()
+        return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
 
     def _abandon_wait(self, client_id: str, waiter: asyncio.Future) -> None:
         """The AcquireToken ended without telling the client about a grant (timeout,

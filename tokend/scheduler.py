@@ -99,6 +99,10 @@ next burst (no round trip); it then reports that slice's GPU time in its
 next ``renew``/``release`` (charged as measured). When an eligible client
 asks, the lease is taken back: ``Revoke`` is emitted and it must be
 released within ``grace`` (else it expires, charged from the Revoke on).
+A client may also ask ``lease_if_free`` when it starts (``lease_at_start``):
+it gets the token as a lease at once if nobody holds or waits for it and
+its group is neither capped nor in debt, else nothing (it never waits), so
+its first burst, too, starts without a round trip.
 
 Preemption. A waiting client preempts the holder when it would be served
 before the holder's group under the key above (so its tier is no worse than
@@ -257,6 +261,9 @@ class SchedulerConfig:
     # holder starts no long kernel that would run into its arrival (costs the
     # holder up to one kernel of idle GPU per such arrival). False: none.
     anticipate_preemption: bool = True
+    # A starting client may take a free token as a lease (``lease_if_free``),
+    # so its first launch needs no round trip. False: it always asks.
+    lease_at_start: bool = True
 
     def validate(self) -> None:
         for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period"):
@@ -296,11 +303,14 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Revoke:
-    """Ask the holder to give token_id back at its next launch; it stays held until then."""
+    """Ask the holder to give token_id back at its next launch; it stays held
+    until then. `lease_reclaim`: a lease taken back for a client of no higher
+    class (not a preemption: the holder's shim keeps its normal feed-ahead)."""
 
     client_id: str
     token_id: int
     reason: str
+    lease_reclaim: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,6 +560,29 @@ class Scheduler:
             self._waiting_groups[group] = None
         group.last_active = now
         return self._step(now, [])
+
+    def lease_if_free(self, client_id: str, now: float) -> list[Decision]:
+        """`client_id` (starting) takes the token as a lease if nobody holds or
+        waits for it and its group may be served at once and may lease (not
+        capped, not in debt): ``[Grant]``, the lease's token and quantum.
+        Otherwise ``[]``: it never waits. The lease accrues nothing until the
+        client uses it and is taken back when anyone asks (see Lease)."""
+        client = self._client(client_id)
+        now = self._clock(now)
+        group = client.group
+        if not self.config.lease_at_start or self._holding is not None or self._waiting_groups or group.capped:
+            return self._step(now, [])
+        usage = self._usage(group, now)
+        if self._capped_out(group, usage, now) or self._in_debt(group, usage, now):
+            return self._step(now, [])
+        token_id = self._next_token
+        self._next_token += 1
+        self._holding = holding = _Holding(client, token_id, now, self._grant_quantum(client, group, usage, now),
+                                           self.config.grace)
+        holding.leased = True
+        holding.deadline = math.inf
+        self.tokens_granted[group.name] += 1
+        return self._step(now, [Grant(client_id, token_id, holding.quantum)])
 
     def cancel(self, client_id: str, now: float) -> list[Decision]:
         client = self._client(client_id)
@@ -903,8 +936,10 @@ class Scheduler:
             if holding is None:
                 self._grant(now, out)
             elif holding.leased:
-                if not holding.revoked and self._candidate(now) is not None:
-                    self._revoke(now, holding, out, f"lease taken back: client {self.waiting()[0]!r} waits")
+                best = None if holding.revoked else self._candidate(now)
+                if best is not None:
+                    self._revoke(now, holding, out, f"lease taken back: client {self.waiting()[0]!r} waits",
+                                 lease_reclaim=best[0].priority <= holding.client.group.priority)
             elif not holding.revoked and self._preempting_priority(holding):
                 self._maybe_revoke(now, holding, out)
         self.decisions += len(out)
@@ -1042,12 +1077,13 @@ class Scheduler:
         out.append(Revoke(client.client_id, holding.token_id, reason))
         self._grant(now, out)
 
-    def _revoke(self, now: float, holding: _Holding, out: list[Decision], reason: str) -> None:
+    def _revoke(self, now: float, holding: _Holding, out: list[Decision], reason: str,
+                lease_reclaim: bool = False) -> None:
         holding.revoked = True
         holding.revoked_at = now
         if holding.leased:
             holding.deadline = now + self.config.grace
-        out.append(Revoke(holding.client.client_id, holding.token_id, reason))
+        out.append(Revoke(holding.client.client_id, holding.token_id, reason, lease_reclaim))
 
     def next_wakeup(self) -> float | None:
         """Earliest time at which advance() could decide something; None if

@@ -91,3 +91,40 @@ def test_acquire_with_a_work_item_gets_a_quantum_covering_it(groups):
                                                                work_item_us=1_000_000), timeout=15)
     assert reply.quantum_us >= 1_000_000
     release(a, reply.token_id, used_us=1_000_000)
+
+
+def lease_if_free(client):
+    return client.stub.AcquireToken(client_pb2.AcquireTokenRequest(client_id=client.client_id, lease_if_free=True),
+                                    timeout=10)
+
+
+def test_a_starting_client_gets_a_free_token_as_a_lease_and_nothing_when_it_is_taken(groups):
+    a, b, capped = groups["a"], groups["b"], groups["capped"]
+    assert lease_if_free(capped).token_id == 0          # capped groups never lease
+    reply = lease_if_free(a)
+    assert reply.token_id > 0 and reply.quantum_us > 0
+    status = groups["admin"].status()
+    assert status.holder_client_id == a.public_id and status.token_id == reply.token_id
+    assert lease_if_free(b).token_id == 0               # held (as a lease): b gets nothing, and does not wait
+    assert not groups["admin"].status().waiting_client_ids
+    # The lessee's first slice runs on it and is reported like any lease's.
+    assert release(a, reply.token_id, used_us=4000, idle=True, keep_lease=True).lease_kept
+    # Someone asking takes it back.
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("b", b.acquire()))
+    waiter.start()
+    event = a.next_event(timeout=10)
+    assert event is not None and event.revoke.token_id == reply.token_id
+    assert event.revoke.lease_reclaim   # b is of a's class: not a preemption
+    assert not release(a, reply.token_id).lease_kept
+    waiter.join(10)
+    assert got["b"] > reply.token_id
+
+
+def test_lease_at_start_off_gives_nothing(tokend_factory):
+    daemon = tokend_factory(extra_args=["--lease-at-start", "off"])
+    admin = daemon.admin()
+    spec = admin.create_group("a", request=0.3, limit=1.0, memory="1GiB")
+    a = daemon.shim_client("a", spec.secret)
+    assert lease_if_free(a).token_id == 0
+    assert not admin.status().holder_client_id

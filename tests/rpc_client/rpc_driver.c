@@ -51,9 +51,10 @@ static void say(const char *fmt, ...)
     va_end(ap);
 }
 
-static void on_revoke(void *ctx, uint64_t token_id, const char *reason)
+static void on_revoke(void *ctx, uint64_t token_id, const char *reason, bool lease_reclaim)
 {
     (void)ctx;
+    (void)lease_reclaim;
     say("event revoke %" PRIu64 " '%s'", token_id, reason);
     int ms = __atomic_exchange_n(&block_next_revoke_ms, 0, __ATOMIC_RELAXED);
     if (ms > 0) {

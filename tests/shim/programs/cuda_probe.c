@@ -7,7 +7,7 @@
  *
  *   cuda_probe launch ROUTE N KERNEL_NS        N sleep kernels, no sync, then one sync
  *   cuda_probe loop ROUTE SECONDS KERNEL_NS SYNC_EVERY   saturating loop (0: never sync)
- *   cuda_probe bursts ROUTE SECONDS KERNEL_NS BURST THINK_MS  BURST kernels, sync, think, again
+ *   cuda_probe bursts ROUTE SECONDS KERNEL_NS BURST THINK_MS  think, BURST kernels, sync, again
  *   cuda_probe alloc ROUTE CHUNK MAX [wait]    allocate CHUNK bytes until refused or MAX
  *                                              (wait: hold them until stdin closes)
  *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
@@ -128,6 +128,9 @@ static void print_shim_stats(void)
            (unsigned long long)st.doorbell_unanswered, (unsigned long long)st.doorbell_rings);
     printf("shim_anticipation_pauses=%llu\nshim_anticipation_lapses=%llu\n",
            (unsigned long long)st.anticipation_pauses, (unsigned long long)st.anticipation_lapses);
+    printf("shim_tokens_acquired=%llu\nshim_lease_resumes=%llu\nshim_leases_at_start=%llu\n",
+           (unsigned long long)st.tokens_acquired, (unsigned long long)st.lease_resumes,
+           (unsigned long long)st.leases_at_start);
 }
 
 static int run_launch(int n, uint64_t ns)
@@ -167,7 +170,8 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
     return 0;
 }
 
-/* Inference-like: periodic bursts, so tokend sees arrivals at regular periods. */
+/* Inference-like: periodic bursts, so tokend sees arrivals at regular
+ * periods; like a server, it thinks (waits for a request) before the first. */
 static int run_bursts(double seconds, uint64_t ns, int burst, double think_ms)
 {
     double end = now_s() + seconds;
@@ -175,11 +179,11 @@ static int run_bursts(double seconds, uint64_t ns, int burst, double think_ms)
     uint64_t think_ns = (uint64_t)(think_ms * 1e6);
     struct timespec think = {(time_t)(think_ns / 1000000000ull), (long)(think_ns % 1000000000ull)};
     while (now_s() < end) {
+        nanosleep(&think, NULL);
         for (int i = 0; i < burst; i++)
             check(launch_sleep(ns), "launch");
         check(ctx_sync(), "cuCtxSynchronize");
         bursts++;
-        nanosleep(&think, NULL);
     }
     printf("bursts=%ld\n", bursts);
     print_shim_stats();

@@ -1,0 +1,57 @@
+"""The simulated GPU's per-process kernel timeline (simgpu/kernel_trace.c).
+
+With ``GSLICE_SIM_KERNEL_TRACE=<directory>`` in its environment, a process on
+the simulated GPU writes ``<directory>/kernels-<pid>.tsv`` when it exits:
+one line per kernel, in the order its stream workers ran them. It tells
+where a slow request's time went: a late submission (``enqueued_ns``), a
+wait for the engine (``start_ns - ready_ns``), or the simulator's own timer
+waking late (``overrun_ns``), which is the machine's noise, not the shim's.
+
+    exp.sim_env[ENV_KERNEL_TRACE] = str(directory)
+    ... run a workload ...
+    runs = read(directory, pid)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ENV_KERNEL_TRACE", "KernelRun", "read", "trace_path"]
+
+ENV_KERNEL_TRACE = "GSLICE_SIM_KERNEL_TRACE"
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """One kernel, CLOCK_MONOTONIC nanoseconds (time.monotonic_ns())."""
+    enqueued_ns: int    # queued on its stream (the launch call reached the driver)
+    ready_ns: int       # its stream's worker took it (the work before it on the stream was done)
+    start_ns: int       # it got the engine (other processes' kernels before it were done)
+    end_ns: int         # it left the engine
+    requested_ns: int   # how long it was asked to run
+
+    @property
+    def overrun_ns(self) -> int:
+        """Time on the engine beyond what was asked: the simulator's sleep
+        ending late (a busy or noisy machine)."""
+        return self.end_ns - self.start_ns - self.requested_ns
+
+
+def trace_path(directory: str | Path, pid: int) -> Path:
+    return Path(directory) / f"kernels-{pid}.tsv"
+
+
+def read(directory: str | Path, pid: int) -> list[KernelRun]:
+    """The kernels process `pid` ran, as it wrote them at exit (a process
+    killed by a signal writes none: FileNotFoundError)."""
+    runs = []
+    with open(trace_path(directory, pid)) as lines:
+        for number, line in enumerate(lines, 1):
+            if line.startswith("#") or not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 5:
+                raise ValueError(f"{trace_path(directory, pid)} line {number} has {len(fields)} fields; "
+                                 "expected 5 (enqueued, ready, start, end, requested ns)")
+            runs.append(KernelRun(*(int(field) for field in fields)))
+    return runs

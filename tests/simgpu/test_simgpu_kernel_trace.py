@@ -1,0 +1,44 @@
+"""The simulated GPU's kernel trace (GSLICE_SIM_KERNEL_TRACE): each process
+writes, at exit, when each of its kernels was queued, taken by its stream,
+started and ended on the engine, and how long it was asked to run."""
+from __future__ import annotations
+
+from gslice import simgpu
+from gslice.simgpu import kernel_trace
+
+
+def test_a_traced_process_writes_one_record_per_kernel_in_order(programs, processes, sim_name, tmp_path):
+    kernel_ns, count = 200_000, 20
+    env = {**simgpu.env(sim_name), kernel_trace.ENV_KERNEL_TRACE: str(tmp_path)}
+    proc = processes.start([programs["driver_check"], "spin", kernel_ns, count], env)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+    runs = kernel_trace.read(tmp_path, proc.pid)
+    assert len(runs) == count
+    for run in runs:
+        assert run.requested_ns == kernel_ns
+        assert run.enqueued_ns <= run.ready_ns <= run.start_ns < run.end_ns, run
+        assert run.overrun_ns >= 0, run   # the engine is held at least as long as asked
+    for earlier, later in zip(runs, runs[1:]):
+        assert later.start_ns >= earlier.end_ns, (earlier, later)   # one stream: one after the other
+        assert later.enqueued_ns >= earlier.enqueued_ns, (earlier, later)
+    with simgpu.SimGpu(sim_name) as gpu:
+        [process] = gpu.processes()
+        # The trace and the device's own accounting agree on the engine time.
+        assert process.busy_ns == sum(run.end_ns - run.start_ns for run in runs)
+
+
+def test_without_the_variable_nothing_is_written(programs, processes, sim_name, tmp_path):
+    proc = processes.run([programs["driver_check"], "spin", 100_000, 3], simgpu.env(sim_name), cwd=tmp_path)
+    assert proc.returncode == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_directory_is_reported_and_the_program_still_succeeds(programs, processes, sim_name,
+                                                                           tmp_path):
+    missing = tmp_path / "no-such-directory"
+    env = {**simgpu.env(sim_name), kernel_trace.ENV_KERNEL_TRACE: str(missing)}
+    result = processes.run([programs["driver_check"], "spin", 100_000, 3], env)
+    assert "GSLICE_SIM_KERNEL_TRACE" in result.stderr and "writable directory" in result.stderr
+    assert not missing.exists()

@@ -1,0 +1,128 @@
+"""Scheduler.lease_if_free: a starting client takes the token as a lease
+when nobody holds or waits for it (and its group may lease and be served),
+so its first launch, like its later ones, needs no round trip; otherwise it
+gets nothing and nothing changes. The lease is then an ordinary lease:
+nothing charged until used, taken back when anyone asks."""
+from __future__ import annotations
+
+import copy
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gslice.tokend.scheduler import Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
+
+GIB = 1 << 30
+CONFIG = SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=0.2, cap_period=0.0)
+
+
+def scheduler(config: SchedulerConfig = CONFIG, limit_a: float = 1.0) -> Scheduler:
+    s = Scheduler(config)
+    s.add_group(GroupSpec("a", 0.3, limit_a, GIB, Priority.NORMAL), 0.0)
+    s.add_group(GroupSpec("b", 0.7, 1.0, GIB, Priority.NORMAL), 0.0)
+    for client, group in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        s.attach(client, group, 0.0)
+    return s
+
+
+def test_a_free_token_is_leased_to_the_starting_client():
+    s = scheduler()
+    [grant] = s.lease_if_free("a1", 0.01)
+    assert isinstance(grant, Grant) and grant.client_id == "a1" and not grant.renewed
+    assert CONFIG.quantum_min <= grant.quantum <= CONFIG.quantum_max
+    assert s.holds_lease("a1", grant.token_id)
+    assert s.holder() == ("a1", grant.token_id)
+    assert s.next_wakeup() is None          # a lease has no deadline
+    assert s.usage("a", 0.5) == 0.0         # and accrues nothing
+    assert s.tokens_granted["a"] == 1
+
+
+def test_the_lease_is_used_and_charged_as_measured_like_any_lease():
+    s = scheduler()
+    [grant] = s.lease_if_free("a1", 0.0)
+    # The first burst ran 4 ms on the lease; the idle release keeps it.
+    assert s.release("a1", grant.token_id, 0.004, 0.3, idle=True, keep_lease=True) == []
+    assert s.holds_lease("a1", grant.token_id)
+    assert math.isclose(s.usage("a", 0.3), 0.004)
+
+
+def test_anyone_asking_takes_the_lease_back():
+    s = scheduler()
+    [grant] = s.lease_if_free("a1", 0.0)
+    decisions = s.request("b1", 0.1)
+    # b is of the same class: a lease reclaimed, not a preemption.
+    assert decisions == [Revoke("a1", grant.token_id, "lease taken back: client 'b1' waits", lease_reclaim=True)]
+    # Given back unused: nothing charged, b1 served at once.
+    [handed] = s.release("a1", grant.token_id, 0.0, 0.101)
+    assert (handed.client_id, handed.token_id) == ("b1", grant.token_id + 1)
+    assert s.usage("a", 0.2) == 0.0
+
+
+def test_a_lease_taken_back_for_a_higher_class_is_a_preemption():
+    s = scheduler()
+    s.update_group(GroupSpec("b", 0.7, 1.0, GIB, Priority.HIGH), 0.0)
+    [grant] = s.lease_if_free("a1", 0.0)
+    [revoke] = s.request("b1", 0.1)
+    assert (revoke.client_id, revoke.token_id, revoke.lease_reclaim) == ("a1", grant.token_id, False)
+
+
+def test_nothing_when_the_token_is_held_or_awaited():
+    s = scheduler()
+    s.request("b1", 0.0)                    # b1 holds
+    assert s.lease_if_free("a1", 0.01) == []
+    s.request("a2", 0.02)                   # a2 waits
+    before = (s.holder(), s.waiting(), s.tokens_granted.copy())
+    assert s.lease_if_free("a1", 0.03) == []
+    assert (s.holder(), s.waiting(), s.tokens_granted) == before
+
+
+def test_nothing_for_a_capped_group_or_when_switched_off():
+    assert scheduler(limit_a=0.5).lease_if_free("a1", 0.0) == []
+    off = scheduler(SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=0.2, cap_period=0.0,
+                                    lease_at_start=False))
+    assert off.lease_if_free("a1", 0.0) == []
+    assert off.holder() is None
+
+
+EVENTS = st.lists(st.tuples(st.sampled_from(["lease", "request", "release", "advance"]),
+                            st.sampled_from(["a1", "a2", "b1"]), st.floats(0.0, 0.05)), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(EVENTS)
+def test_a_lease_at_start_is_given_only_on_a_free_token_and_changes_nothing_else(events):
+    s = scheduler()
+    now = 0.0
+    for kind, client, dt in events:
+        now += dt
+        if kind == "lease":
+            holder, waiting = s.holder(), s.waiting()
+            # What a request at this moment would get (on a copy).
+            probe = copy.deepcopy(s)
+            asked = [] if holder is not None and holder[0] == client else probe.request(client, now)
+            at_once = [d for d in asked if isinstance(d, Grant) and d.client_id == client]
+            decisions = [d for d in s.lease_if_free(client, now) if isinstance(d, Grant)]
+            if decisions:
+                assert holder is None and waiting == [], (holder, waiting)
+                [grant] = decisions
+                assert grant.client_id == client and s.holds_lease(client, grant.token_id)
+                assert at_once and at_once[0].quantum == grant.quantum   # exactly what it would get asking
+            elif holder is None and not waiting:
+                assert not at_once, "the token was free and a request would have got it at once"
+            assert s.waiting() == waiting
+        elif kind == "request":
+            holder = s.holder()
+            if holder is not None and holder[0] == client and not s.holds_lease(*holder):
+                continue
+            s.request(client, now)
+        elif kind == "release":
+            holder = s.holder()
+            if holder is not None:
+                s.release(holder[0], holder[1], 0.0, now, idle=True, keep_lease=True)
+        else:
+            s.advance(now)
+        holder = s.holder()
+        if holder is not None and s.holds_lease(*holder) and s.waiting():
+            # Someone waits behind a lease: it is being taken back.
+            assert s.next_wakeup() is not None
