@@ -59,7 +59,8 @@ static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
         GS_INFO("attached to tokend at %s: group %s, gpu %s, memory quota %llu bytes", s->socket_path,
                 info->group, info->gpu_uuid, (unsigned long long)info->memory_quota);
     }
-    gs_gate_lease_at_start(&s->gate);
+    if (info->lease_at_start)
+        gs_gate_lease_at_start(&s->gate);
 }
 
 static void on_disconnected(void *ctx)

@@ -400,6 +400,7 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     snprintf(info->public_id, sizeof info->public_id, "%s", r->public_id);
     info->on_daemon_loss = (int)r->on_daemon_loss;
     info->doorbell_slot = r->doorbell_slot;
+    info->lease_at_start = r->lease_at_start;
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 
     rpc_call *control = call_new(M_CONTROL, true);

@@ -14,6 +14,11 @@ from gslice.paths import DEFAULT_SOCKET_DIR, DEFAULT_STATE_DIR
 from .limits import UINT32_MAX, Limits
 
 
+def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An on|off option, on by default."""
+    parser.add_argument(flag, choices=["on", "off"], default="on", help=help)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The daemon's flags (shared with `gslice tokend`)."""
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -37,19 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a preempting higher class gets the token at once, while the preempted holder's "
                              "last kernel drains (at-once, the default: one round trip less), or only when "
                              "the holder has released it (at-release: strictly one tenant submitting at a time)")
-    parser.add_argument("--preempt-doorbell", choices=["on", "off"], default="on",
-                        help="keep a preemption doorbell (client.doorbell beside client.sock) through which a "
-                             "preempting client stops the holder's submissions before the Revoke arrives (on, "
-                             "the default), or preempt through the Revoke only (off)")
-    parser.add_argument("--anticipate-preemption", choices=["on", "off"], default="on",
-                        help="when a higher class asks at regular periods, tell the holder (on the doorbell) "
-                             "when it is expected next, so the holder starts no long kernel that would still run "
-                             "then (on, the default: the preemptor finds the GPU free, the holder's group pays up "
-                             "to one kernel of idle GPU per arrival), or not (off)")
-    parser.add_argument("--lease-at-start", choices=["on", "off"], default="on",
-                        help="give a starting client the token as a lease when nobody holds or waits for it, so "
-                             "its first launch needs no round trip (on, the default; taken back when anyone asks, "
-                             "like any lease), or not (off: its first launch asks)")
+    _add_switch(parser, "--preempt-doorbell",
+                help="keep a preemption doorbell (client.doorbell beside client.sock) through which a "
+                      "preempting client stops the holder's submissions before the Revoke arrives (on, "
+                      "the default), or preempt through the Revoke only (off)")
+    _add_switch(parser, "--anticipate-preemption",
+                help="when a higher class asks at regular periods, tell the holder (on the doorbell) "
+                      "when it is expected next, so the holder starts no long kernel that would still run "
+                      "then (on, the default: the preemptor finds the GPU free, the holder's group pays up "
+                      "to one kernel of idle GPU per arrival), or not (off)")
+    _add_switch(parser, "--lease-at-start",
+                help="give a starting client the token as a lease when nobody holds or waits for it, so "
+                      "its first launch needs no round trip (on, the default; taken back when anyone asks, "
+                      "like any lease), or not (off: its first launch asks)")
     parser.add_argument("--cap-period-ms", type=float, default=50.0,
                         help="smooth caps: longest pause between two slices of a group at its limit "
                              "(default 50 ms; 0: the limit holds over the window only)")

@@ -360,7 +360,8 @@ class Coordinator:
             quantum_min_us=round(self.config.quantum_min * 1e6), quantum_max_us=round(self.config.quantum_max * 1e6),
             grace_us=round(self.config.grace * 1e6), priority=int(spec.priority),
             on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT),
-            doorbell_slot=self.doorbell.slot(request.group) if self.doorbell is not None else 0)
+            doorbell_slot=self.doorbell.slot(request.group) if self.doorbell is not None else 0,
+            lease_at_start=self.config.lease_at_start)
 
     def _drop_if_no_control(self, client_id: str) -> None:
         session = self.sessions.get(client_id)
