@@ -693,7 +693,8 @@ static void return_lease_locked(gs_gate *g)
 /* Keeper, after an attach: take the token as a lease if tokend has it free
  * (nobody holds or waits), so the process's first burst starts without a
  * round trip, as its later ones do. Launches arriving meanwhile wait in
- * ACQUIRING; a Revoke racing the reply is kept in revoked_before_grant.
+ * ACQUIRING; a Revoke racing the reply is kept in revoked_before_grant (the
+ * keeper's loop then gives the lease back).
  * Only from NO_TOKEN: a launch that already asked needs no lease. */
 static void lease_at_start_locked(gs_gate *g)
 {
@@ -714,8 +715,6 @@ static void lease_at_start_locked(gs_gate *g)
         g->token_lost = false;
         atomic_fetch_add_explicit(&g->n_leases_at_start, 1, memory_order_relaxed);
         GS_DEBUG("token %llu leased at start: %u us", (unsigned long long)token_id, quantum_us);
-        if (g->revoke_pending)
-            pthread_cond_signal(&g->keeper_wake);
     } else {
         if (rc != GS_RPC_OK)
             GS_DEBUG("AcquireToken(lease_if_free) returned %d (%s); the first launch asks", rc,

@@ -85,6 +85,10 @@ class ClientSession:
     doorbell_rang: bool = False  # its pending AcquireToken rang the preemption doorbell
 
 
+
+def _grant_reply(grant: Grant) -> client_pb2.AcquireTokenReply:
+    return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
+
 class Coordinator:
     def __init__(self, gpu: GpuInfo, config: SchedulerConfig, store: GroupStore, metrics: TokendMetrics,
                  control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT, limits: Limits | None = None):
@@ -393,14 +397,8 @@ class Coordinator:
     async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0,
                       doorbell_rang: bool = False) -> client_pb2.AcquireTokenReply:
         session = self.session(client_id)
-        if session.pending_grant is not None:
-            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"client {session.public_id} already has an AcquireToken waiting; one at a time")
         timeout = timeout_ms / 1000.0 if timeout_ms else DEFAULT_ACQUIRE_TIMEOUT
-        waiter = asyncio.get_running_loop().create_future()
-        session.pending_grant = waiter
-        session.requested_at = time.monotonic()
-        session.doorbell_rang = doorbell_rang
+        waiter = self._begin_wait(session, doorbell_rang)
         granted = False
         try:
             self._core(self.scheduler.request, client_id, work_item=work_item_us / 1e6 if work_item_us else None)
@@ -411,7 +409,7 @@ class Coordinator:
                 raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
                                  f"no token for client {session.public_id} within {timeout_ms or timeout * 1000:.0f} ms") from None
             granted = True
-            return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
+            return _grant_reply(grant)
         finally:
             if session.pending_grant is waiter:
                 session.pending_grant = None
@@ -422,21 +420,26 @@ class Coordinator:
         """A starting client's AcquireToken(lease_if_free): the token as a
         lease if it is free (Scheduler.lease_if_free), else token_id 0 at once."""
         session = self.session(client_id)
-        if session.pending_grant is not None:
-            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"client {session.public_id} already has an AcquireToken waiting; one at a time")
-        waiter = asyncio.get_running_loop().create_future()
-        session.pending_grant = waiter
-        session.requested_at = time.monotonic()
-        session.doorbell_rang = False
+        waiter = self._begin_wait(session, doorbell_rang=False)
         try:
             self._core(self.scheduler.lease_if_free, client_id)
         finally:
             session.pending_grant = None
         if not waiter.done():
             return client_pb2.AcquireTokenReply(token_id=0, quantum_us=0)
-        grant = waiter.result()
-        return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
+        return _grant_reply(waiter.result())
+
+    @staticmethod
+    def _begin_wait(session: ClientSession, doorbell_rang: bool) -> asyncio.Future:
+        """The future a Grant for this session's AcquireToken completes (one at a time)."""
+        if session.pending_grant is not None:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"client {session.public_id} already has an AcquireToken waiting; one at a time")
+        waiter = asyncio.get_running_loop().create_future()
+        session.pending_grant = waiter
+        session.requested_at = time.monotonic()
+        session.doorbell_rang = doorbell_rang
+        return waiter
 
     def _abandon_wait(self, client_id: str, waiter: asyncio.Future) -> None:
         """The AcquireToken ended without telling the client about a grant (timeout,

@@ -575,14 +575,10 @@ class Scheduler:
         usage = self._usage(group, now)
         if self._capped_out(group, usage, now) or self._in_debt(group, usage, now):
             return self._step(now, [])
-        token_id = self._next_token
-        self._next_token += 1
-        self._holding = holding = _Holding(client, token_id, now, self._grant_quantum(client, group, usage, now),
-                                           self.config.grace)
+        holding = self._hold(client, usage, now)
         holding.leased = True
         holding.deadline = math.inf
-        self.tokens_granted[group.name] += 1
-        return self._step(now, [Grant(client_id, token_id, holding.quantum)])
+        return self._step(now, [Grant(client_id, holding.token_id, holding.quantum)])
 
     def cancel(self, client_id: str, now: float) -> list[Decision]:
         client = self._client(client_id)
@@ -981,15 +977,20 @@ class Scheduler:
         del group.waiters[client_id]
         if not group.waiters:
             del self._waiting_groups[group]
-        client = self._clients[client_id]
-        quantum = self._grant_quantum(client, group, usage, now)
-        token_id = self._next_token
-        self._next_token += 1
-        self._holding = holding = _Holding(client, token_id, now, quantum, self.config.grace)
-        self.tokens_granted[group.name] += 1
-        out.append(Grant(client_id, token_id, quantum))
+        holding = self._hold(self._clients[client_id], usage, now)
+        out.append(Grant(client_id, holding.token_id, holding.quantum))
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
+
+    def _hold(self, client: _Client, usage: float, now: float) -> _Holding:
+        """`client` holds a new token from `now` (its group's `usage` sizes the quantum)."""
+        group = client.group
+        token_id = self._next_token
+        self._next_token += 1
+        self._holding = _Holding(client, token_id, now, self._grant_quantum(client, group, usage, now),
+                                 self.config.grace)
+        self.tokens_granted[group.name] += 1
+        return self._holding
 
     def _fair_slice(self, granted: _Group, usage: float, now: float, contending_only: bool = False,
                     also_contending: _Group | None = None) -> float | None:
