@@ -9,8 +9,8 @@ of those files equals HEAD's. Otherwise it is stale, with the reason: no
 recorded commit, a commit this repository does not have, N commits to the
 measured paths since (git log <commit>..HEAD -- hook tokend simgpu), or
 uncommitted changes measured. Stale results are listed apart, never as the
-current figures. Smoke results (plumbing checks) are not figures and are
-left out."""
+current figures. Smoke results (plumbing checks) are not figures: the
+summary names them, and their figures are left out."""
 from __future__ import annotations
 
 import subprocess
@@ -106,10 +106,10 @@ def _experiment_markdown(result: dict, state: Freshness) -> list[str]:
 
 
 def figures_markdown(results: list[dict], root: Path = results_io.ROOT) -> str:
-    results = [r for r in results if not r.get("smoke")]
-    states = {r["experiment"]: freshness(r, root) for r in results}
+    states = {r["experiment"]: Freshness(False, "smoke run (a plumbing check), not a figure") if r.get("smoke")
+              else freshness(r, root) for r in results}
     current = [r for r in results if states[r["experiment"]].current]
-    stale = [r for r in results if not states[r["experiment"]].current]
+    stale = [r for r in results if not states[r["experiment"]].current and not r.get("smoke")]
     lines = [BEGIN, "",
              "Every figure below comes from a committed `benchmarks/results/<experiment>.json`. A result is "
              "current when the code it measured (`hook/`, `tokend/`, `simgpu/`) is the code of this commit; "

@@ -185,6 +185,10 @@ def test_report_never_lists_a_stale_result_as_current():
     assert "#### old_one" not in current and "#### old_one (unknown commit, stale)" in stale
     assert "| old_one |" in current and "unknown commit, stale" in current   # the summary says so too
     assert "yes (stale)" in stale
+    smoke = _result("smoke_one", None)
+    smoke["smoke"] = True
+    text = report.figures_markdown([smoke])
+    assert "| smoke_one |" in text and "not a figure" in text and "#### smoke_one" not in text
 
 
 # -- launch_overhead.c fails loudly --------------------------------------------------------------------
