@@ -144,6 +144,7 @@ def section_main(args) -> int:
     record = Record(Path(args.record))
     ctx = Context(backend=args.backend, gpu=args.gpu, short=args.short,
                   deadline=time.monotonic() + args.seconds - 3, record=record, work_dir=Path(args.work_dir))
+    os.environ["GSLICE_GPU_CHECK_SECTION"] = args.name  # harness.wait_ready's fault injection reads it
     try:
         getattr(importlib.import_module(module), function)(ctx)
     except Exception as exc:
@@ -259,15 +260,19 @@ def run_main(args) -> int:
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    work_root = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    if args.work_dir:
+        work_root = Path(args.work_dir)
+        work_root.mkdir(parents=True, exist_ok=True)
+    else:
+        work_root = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     log(f"backend {args.backend} on the {args.gpu} GPU, budget {args.budget:.0f} s; results {results_path}")
     report = {"facts": facts(args.backend, args.gpu), "budget_s": args.budget, "sections": {}}
     write_report(report, results_path, out_dir)
     names = [n for n in SECTIONS if not args.only or n in args.only]
     for i, name in enumerate(names):
         left = deadline - time.monotonic()
-        budget = SECTIONS[name][3 if args.short else 2]
-        later = sum(SECTIONS[n][3 if args.short else 2] for n in names[i + 1:]) * 0.3
+        budget = SECTIONS[name][3 if args.short else 2] * args.timeout_scale
+        later = sum(SECTIONS[n][3 if args.short else 2] for n in names[i + 1:]) * 0.3 * args.timeout_scale
         timeout = min(budget, left - later - (0 if args.no_pytest else PYTEST_MIN_SECONDS * 0.5))
         if timeout < 10:
             report["sections"][name] = {"what": SECTIONS[name][4], "status": f"skipped: {left:.0f} s left",
@@ -292,7 +297,7 @@ def run_main(args) -> int:
     print(summary_text(report), flush=True)
     if out_dir:
         pack_logs(work_root, out_dir / "gpu_check_logs.tar.gz")
-    if args.keep_work:
+    if args.keep_work or args.work_dir:
         log(f"work files kept in {work_root}")
     else:
         shutil.rmtree(work_root, ignore_errors=True)
@@ -312,6 +317,9 @@ def main(argv=None) -> int:
     p_run.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     p_run.add_argument("--no-pytest", action="store_true")
     p_run.add_argument("--keep-work", action="store_true", help="keep the sections' logs and worker logs")
+    p_run.add_argument("--work-dir", help="where sections keep their logs and daemons' state (default: a temp folder)")
+    p_run.add_argument("--timeout-scale", type=float, default=1.0,
+                       help="multiply every section's time budget (e.g. 1.5 on a slow machine)")
     p_sec = sub.add_parser("section")
     p_sec.add_argument("name", choices=sorted(SECTIONS))
     p_sec.add_argument("--backend", required=True)

@@ -27,7 +27,8 @@ class Worker:
                  env: dict | None = None):
         self.label = label
         self.log_path = Path(log_dir) / f"worker-{label}.log"
-        argv = [sys.executable, "-m", "gslice.workloads_served", "--backend", backend]
+        # --tag: names the process after its log, so a leftover one can be found by its section's folder.
+        argv = [sys.executable, "-m", "gslice.workloads_served", "--backend", backend, "--tag", str(self.log_path)]
         self._log = open(self.log_path, "w")
         if env:
             # SharingExperiment.spawn builds the environment; extra variables ride on os.environ for it.
@@ -111,6 +112,12 @@ def wait_ready(workers: list[Worker], timeout: float) -> list[Worker]:
     deadline = time.monotonic() + timeout
     for w in workers:
         w.wait_ready(max(1.0, deadline - time.monotonic()))
+    # Fault injection for the short form's test: GSLICE_GPU_CHECK_SECTION_DELAY=name:seconds makes
+    # that section hang here, its daemon and workers running, so its hard timeout is what ends it.
+    delayed, _, delay = os.environ.get("GSLICE_GPU_CHECK_SECTION_DELAY", "").partition(":")
+    if delayed and delayed == os.environ.get("GSLICE_GPU_CHECK_SECTION"):
+        print(f"delaying section {delayed} by {delay} s (GSLICE_GPU_CHECK_SECTION_DELAY)", flush=True)
+        time.sleep(float(delay))
     return workers
 
 

@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gslice.workloads_served", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("torch", "driver"), default="torch")
+    parser.add_argument("--tag", default="", help="ignored: names the process (e.g. after its log) for ps")
     args = parser.parse_args(argv)
     return serve(args.backend)
 
