@@ -201,7 +201,10 @@ def summary_text(report: dict) -> str:
 
 def run_pytest(timeout: float, log_path: Path) -> dict:
     started = time.monotonic()
-    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-p", "no:cacheprovider", "-rA", "-s",
+    # Most telling first: PyTorch (capture, allocators, cap, shares, overhead), then the driver API, then CuPy.
+    files = ["tests/gpu/test_torch_under_shim.py", "tests/gpu/test_driver_api_real_gpu.py",
+             "tests/gpu/test_cupy_under_shim.py"]
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", *files, "-p", "no:cacheprovider", "-rA", "-s", "-v",
             "-o", "addopts=", "--strict-markers", f"--junitxml={log_path.with_suffix('.xml')}"]
     with open(log_path, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -219,7 +222,9 @@ def run_pytest(timeout: float, log_path: Path) -> dict:
     text = log_path.read_text(errors="replace")
     tail = [l for l in text.splitlines() if l.startswith("=") and (" passed" in l or " failed" in l or " skipped" in l
                                                                    or " error" in l)]
-    results = [l for l in text.splitlines() if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "gpu-result:"))]
+    results = [l for l in text.splitlines() if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "gpu-result:"))
+               or l.rstrip().endswith((" PASSED", " FAILED", " SKIPPED", " ERROR")) or " PASSED " in l
+               or " FAILED " in l]
     return {"status": status, "seconds": round(time.monotonic() - started, 1), "summary": tail[-1] if tail else None,
             "lines": results[:80]}
 

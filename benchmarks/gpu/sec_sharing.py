@@ -15,7 +15,7 @@ import time
 
 from gslice.experiment import SharingExperiment
 
-from harness import ClockSampler, Context, Worker, phase_stats, ratio_summary, verdict, wait_ready
+from harness import ClockSampler, Context, Worker, phase_stats, verdict, wait_ready
 
 
 def shares(ctx: Context) -> None:

@@ -25,10 +25,13 @@ import argparse
 import ctypes
 import json
 import os
+import select
+import subprocess
 import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 # What each unit of work stands for, and how long it runs on an H100 (us):
 # the driver backend spins this long; the torch backend runs the matmul.
@@ -147,6 +150,107 @@ class DriverBackend:
             self.drv._check("cuGraphLaunch", self.lib.cuGraphLaunch(self.graph, self.stream))
         self.sync()
         return {"finite": True}
+
+
+class WorkerError(RuntimeError):
+    """A served workload process failed, answered with an error, or went quiet."""
+
+
+class ServedWorker:
+    """The caller's side: one `python -m gslice.workloads_served` process in
+    `group` of a gslice.experiment.SharingExperiment (shim=False: bare, same
+    GPU), its stderr in `log_dir`/worker-`label`.log; every read has a timeout."""
+
+    def __init__(self, exp, group: str, backend: str, label: str, log_dir: Path, shim: bool = True,
+                 env: dict | None = None):
+        self.label = label
+        self.log_path = Path(log_dir) / f"worker-{label}.log"
+        # --tag: names the process after its log, so a leftover one can be found by its section's folder.
+        argv = [sys.executable, "-m", "gslice.workloads_served", "--backend", backend, "--tag", str(self.log_path)]
+        self._log = open(self.log_path, "w")
+        if env:
+            # SharingExperiment.spawn builds the environment; extra variables ride on os.environ for it.
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+        try:
+            self.proc = exp.spawn(group, argv, shim=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self._log, text=True, bufsize=1)
+        finally:
+            if env:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        self.pid = self.proc.pid
+        self.ready: dict | None = None
+
+    def stderr_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def _read_line(self, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"{self.label}: no answer to {what} within {timeout:.0f} s; stderr: {self.stderr_tail()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.5))
+            if not ready:
+                if self.proc.poll() is not None:
+                    raise WorkerError(f"{self.label}: exited with {self.proc.returncode} during {what}; "
+                                      f"stderr: {self.stderr_tail()}")
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                raise WorkerError(f"{self.label}: closed its output (exit {self.proc.wait()}) during {what}; "
+                                  f"stderr: {self.stderr_tail()}")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def wait_ready(self, timeout: float) -> dict:
+        self.ready = self._read_line(timeout, "start-up")
+        if not self.ready.get("ready"):
+            raise WorkerError(f"{self.label}: could not set up: {self.ready.get('error')}; "
+                              f"{self.ready.get('trace', '')[-800:]}")
+        return self.ready
+
+    def send(self, op: str, **args) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(f"{self.label}: cannot send {op} ({exc}); stderr: {self.stderr_tail()}") from exc
+
+    def receive(self, op: str, timeout: float) -> dict:
+        reply = self._read_line(timeout, op)
+        if not reply.get("ok"):
+            raise WorkerError(f"{self.label}: {op} failed: {reply.get('error')}")
+        return reply
+
+    def call(self, op: str, timeout: float, **args) -> dict:
+        self.send(op, **args)
+        return self.receive(op, timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send("exit")
+                self.proc.wait(5)
+            except (WorkerError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def wait_all_ready(workers: list[ServedWorker], timeout: float) -> list[ServedWorker]:
+    """Wait until every worker (started together, so their imports overlap) is set up."""
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.wait_ready(max(1.0, deadline - time.monotonic()))
+    return workers
 
 
 def make_backend(name: str):
