@@ -66,9 +66,17 @@ def facts(backend: str, gpu: str) -> dict:
     dirty = command_output(["git", "status", "--porcelain"], cwd=ROOT)
     out["dirty"] = bool(dirty.strip())
     out["git_status_porcelain"] = dirty.splitlines()[:50]
-    manifest = ROOT / "build" / "gpu-check" / "manifest.json"
+    bundle = Path(os.environ.get("GSLICE_GPU_CHECK_BUNDLE", ROOT / "build" / "gpu-check"))
+    manifest = bundle / "manifest.json"
     if manifest.exists():
         out["wheel_manifest"] = json.loads(manifest.read_text())
+    if len(out["commit"]) != 40 and "wheel_manifest" in out:
+        # A copy of the tree without .git: the commit the wheel was built from is what was measured.
+        out["commit_source"] = f"wheel manifest (git here said {out['commit']})"
+        out["commit"] = out["wheel_manifest"]["commit"]
+        out["dirty"] = out["wheel_manifest"]["dirty"]
+    else:
+        out["commit_source"] = "git rev-parse HEAD of this tree"
     if gpu == "real":
         out["nvidia_smi"] = command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,uuid,"
                                             "clocks.max.sm,power.limit,compute_mode", "--format=csv,noheader"])

@@ -200,7 +200,8 @@ def kill_reclaim(ctx: Context) -> None:
                 first = json.loads(watch.stdout.readline() or '{"watching": false}')
                 trial["nvml_listed_before"] = first.get("listed")
                 trial["nvml_used_before"] = first.get("used")
-                poller = ChargePoller(exp.admin, f"k{i}", below=before)
+                # Half the charge: the figure may move a little with NVML's view before the kill.
+                poller = ChargePoller(exp.admin, f"k{i}", below=before // 2)
                 time.sleep(0.05)
                 killed_at = time.monotonic()
                 os.kill(w.pid, signal.SIGKILL)

@@ -106,12 +106,21 @@ def caps(ctx: Context) -> None:
                 for label, worker, seconds in (("bare_before", bare, bare_s), ("capped", capped, capped_s),
                                                ("bare_after", bare, bare_s)):
                     sampler = ShareSampler(exp.admin, "cap30") if label == "capped" else None
+                    stats_before = worker.call("shim_stats", 30) if label == "capped" else None
                     t0 = time.monotonic()
                     runs[label] = worker.call("throughput", seconds + 120, unit=unit, seconds=seconds,
                                               sync_every=sync_every, probe_every=probe_every)
                     t1 = time.monotonic()
                     runs[label]["rate"] = runs[label]["iterations"] / runs[label]["seconds"]
                     phases.append((unit, label, t0, t1))
+                    if stats_before and stats_before.get("available"):
+                        # The shim's own account of the run: GPU time it reported used, tokens, overruns.
+                        after = worker.call("shim_stats", 30)
+                        runs[label]["shim_stats_delta"] = {k: after[k] - stats_before[k] for k in (
+                            "used_us", "overrun_us", "tokens_acquired", "lease_resumes", "revokes", "checkpoints",
+                            "checkpoint_waits", "slow_entries") if k in after}
+                        runs[label]["shim_used_fraction_of_wall"] = (
+                            runs[label]["shim_stats_delta"].get("used_us", 0) / 1e6 / (t1 - t0))
                     if sampler:
                         samples = sampler.stop()
                         runs[label]["tokend_share_samples"] = [[round(t - t0, 3), round(s, 4), round(b, 4)]
@@ -127,6 +136,7 @@ def caps(ctx: Context) -> None:
                     "bare_after_over_bare_before": runs["bare_after"]["rate"] / runs["bare_before"]["rate"],
                     "kernel_ms": {k: runs[k]["kernel_ms"] for k in runs},
                     "tokend_share_last": shares_seen[-1][1] if shares_seen else None,
+                    "shim_used_fraction_of_wall": runs["capped"].get("shim_used_fraction_of_wall"),
                     "target": verdict(fraction, low=0.27, high=0.33)})
         finally:
             report = clocks.stop()

@@ -253,6 +253,33 @@ def wait_all_ready(workers: list[ServedWorker], timeout: float) -> list[ServedWo
     return workers
 
 
+SHIM_STATS_FIELDS = ("tokens_acquired", "tokens_released", "idle_releases", "revokes", "checkpoints",
+                     "checkpoint_waits", "slow_entries", "used_us", "overrun_us", "daemon_losses", "doorbell_pauses",
+                     "doorbell_unanswered", "doorbell_rings", "anticipation_pauses", "anticipation_lapses",
+                     "lease_resumes", "leases_at_start", "memory_held", "memory_pending_release",
+                     "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released")
+
+
+class _ShimStats(ctypes.Structure):
+    # hook/shim_api.h's gslice_shim_stats; room at the end for fields a newer shim adds.
+    _fields_ = ([("metered", ctypes.c_int), ("slots", ctypes.c_int), ("gate_state", ctypes.c_int),
+                 ("checkpoint_interval", ctypes.c_int32), ("quantum_us", ctypes.c_uint32)]
+                + [(name, ctypes.c_uint64) for name in SHIM_STATS_FIELDS] + [("_room", ctypes.c_uint64 * 64)])
+
+
+def shim_stats() -> dict:
+    """The preloaded shim's own counters (gslice_shim_stats_get), or why there are none."""
+    try:
+        get = ctypes.CDLL(None).gslice_shim_stats_get
+    except AttributeError:
+        return {"available": False, "why": "no gslice_shim_stats_get in this process (not under the shim)"}
+    stats = _ShimStats()
+    if get(ctypes.byref(stats)) != 0:
+        return {"available": False, "why": "gslice_shim_stats_get answered -1 (not attached yet)"}
+    names = ["metered", "slots", "gate_state", "checkpoint_interval", "quantum_us", *SHIM_STATS_FIELDS]
+    return {"available": True, **{name: getattr(stats, name) for name in names}}
+
+
 def make_backend(name: str):
     if name == "torch":
         from .workloads_torch import TorchBackend
@@ -280,6 +307,7 @@ class Server:
         counted per 1 s bucket (by sync completion) for per-second fractions."""
         b = self.b
         events = []
+        self.warm(unit)
         if start_at:
             time.sleep(max(0.0, start_at - time.time()))
         per_second: list[int] = []
@@ -320,6 +348,12 @@ class Server:
         return {"iterations": done, "seconds": elapsed, "per_second": whole, "kernel_ms": percentiles(kernel_ms),
                 "unit": unit, "sync_every": sync_every, "first_at": start}
 
+    def warm(self, unit: str) -> None:
+        """One unit, untimed: a new shape's first run (buffers, library
+        kernel choice, lazy module load) stays out of what is measured."""
+        self.b.launch_unit(unit)
+        self.b.sync()
+
     def launch(self, launches: int, sync_every: int = 2000) -> dict:
         """Launch-bound loop: `launches` tiny launches, a sync every `sync_every`."""
         b = self.b
@@ -337,6 +371,7 @@ class Server:
         """Closed loop: `burst` units, wait for them, think; latencies in ms."""
         b = self.b
         latencies = []
+        self.warm(unit)
         start = time.monotonic()
         for _ in range(count):
             t0 = time.perf_counter()
@@ -354,6 +389,7 @@ class Server:
         if self.neighbour is not None:
             raise RuntimeError("a neighbour loop is already running")
         self.neighbour_stop.clear()
+        self.warm(unit)
         report = self.neighbour_report = {"iterations": 0}
 
         def loop():
@@ -428,7 +464,7 @@ class Server:
         table = {"throughput": self.throughput, "launch": self.launch, "bursts": self.bursts,
                  "neighbour_start": self.neighbour_start, "neighbour_stop": self.neighbour_stop_op,
                  "alloc": self.alloc, "free": self.free, "capture": self.capture, "replay": self.replay,
-                 "ping": lambda: {"pid": os.getpid()}}
+                 "shim_stats": shim_stats, "ping": lambda: {"pid": os.getpid()}}
         if op not in table:
             raise ValueError(f"op {op!r} is not one of {sorted(table)}")
         return table[op](**command)
