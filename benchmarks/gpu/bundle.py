@@ -85,7 +85,33 @@ def prepare(bundle: Path, download_extras: bool = True) -> int:
     print(f"[prepare] {len(files)} wheels, {total / 2**20:.1f} MiB: {', '.join(f.name for f in files)}")
     print(f"[prepare] wheel of commit {manifest['commit']}{' (dirty tree)' if manifest['dirty'] else ''}; "
           f"carry {bundle.relative_to(ROOT) if bundle.is_relative_to(ROOT) else bundle} to the GPU machine")
-    return 0
+    return verify(bundle) if download_extras else 0
+
+
+# What the GPU machine's Python has (FIELD-NOTES section 8): the bundle must import with exactly these.
+DEVICE_PINS = ["grpcio==1.84.0", "protobuf==7.36.2", "nvidia-ml-py", "prometheus-client"]
+
+
+def verify(bundle: Path) -> int:
+    """Install the bundle as the GPU machine will, into a venv with the GPU
+    machine's grpcio and protobuf (this Python's version, not 3.12: the
+    version checks in generated code are what fails there), and import it."""
+    venv = bundle.parent / f"{bundle.name}-verify"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pins = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *DEVICE_PINS],
+                          capture_output=True, text=True)
+    if pins.returncode != 0:
+        print(f"[prepare] could not make the verification venv ({' '.join(DEVICE_PINS)}): {pins.stderr[-1500:]}")
+        return 1
+    check = subprocess.run([str(python), str(Path(__file__).resolve()), "install", str(bundle),
+                            str(venv / "gslice-site")], capture_output=True, text=True)
+    print("\n".join("[prepare] verify: " + line for line in (check.stdout + check.stderr).strip().splitlines()))
+    if check.returncode != 0:
+        print(f"[prepare] FAILED: the bundle does not import with {' '.join(DEVICE_PINS)} (as on the GPU machine); "
+              "do not carry it yet")
+    return check.returncode
 
 
 def unpack(wheel: Path, target: Path) -> None:
