@@ -151,7 +151,7 @@ def install(bundle: Path, target: Path) -> int:
     target.mkdir(parents=True)
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
                           "--disable-pip-version-check", "--target", str(target), *map(str, wheels)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     if pip.returncode != 0:
         print(f"[install] pip install --target failed ({pip.returncode}): {pip.stderr.strip()[-1500:]}\n"
               f"[install] unpacking the wheels by hand instead", flush=True)

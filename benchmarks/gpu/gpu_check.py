@@ -182,6 +182,68 @@ def targets(result: dict) -> list[tuple[str, dict]]:
     return found
 
 
+def _fmt(value, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def highlights(name: str, res: dict) -> list[str]:
+    """The figures a reader wants beside the verdicts (all of them are in the JSON)."""
+    out = []
+    try:
+        if name == "throughput":
+            for key in ("lone_throughput", "launch_overhead"):
+                if key in res:
+                    r = res[key]
+                    out.append(f"{key}: shim/bare median {_fmt(r['shim_over_bare'].get('median'), 4)} "
+                               f"{r['shim_over_bare'].get('values')}; bare B/bare A {r['bare_b_over_bare_a'].get('values')}"
+                               + (f"; added ns median {_fmt(r['added_ns'].get('median'))}" if "added_ns" in r else ""))
+        elif name == "shares" and "shares_30_70" in res:
+            r = res["shares_30_70"]
+            out.append(f"iterations {r['iterations']}; together {_fmt(r['together_over_bare_alone'])} of bare alone; "
+                       f"tokend window shares {r['tokend_window_share']}")
+        elif name == "caps":
+            for key in ("cap30_mm4096h", "cap30_mm16384bf"):
+                if key in res:
+                    r = res[key]
+                    k = r["kernel_ms"]
+                    out.append(f"{key}: fraction {_fmt(r['fraction_of_bare'], 4)}, per second "
+                               f"{[round(x, 3) for x in r['fraction_per_second']]}, tokend share "
+                               f"{_fmt(r.get('tokend_share_last'))}, shim used/wall {_fmt(r.get('shim_used_fraction_of_wall'))}, "
+                               f"kernel p50 ms bare {_fmt(k['bare_before'].get('p50'))} capped {_fmt(k['capped'].get('p50'))}, "
+                               f"bare after/before {_fmt(r['bare_after_over_bare_before'], 4)}")
+            for row in res.get("nvml_by_run", []):
+                out.append(f"nvml {row['unit']} {row['run']}: SM {_fmt(row['sm_clock_mhz_median'])} MHz, "
+                           f"{_fmt(row['power_w_mean'])} W, util {_fmt(row['util_pct_mean'])}%")
+        elif name == "latency":
+            for key, r in res.items():
+                if key.startswith("bursts_") and "latency_ms" in r:
+                    l = r["latency_ms"]
+                    out.append(f"{key}: p50/p99 ms alone bare {_fmt(l['alone_bare']['p50'])}/{_fmt(l['alone_bare']['p99'])}, "
+                               f"alone shim {_fmt(l['alone_shim']['p50'])}/{_fmt(l['alone_shim']['p99'])}, beside "
+                               f"{_fmt(l['beside']['p50'])}/{_fmt(l['beside']['p99'])} (n={l['beside']['n']}); neighbour "
+                               f"kept {_fmt(r['neighbour_share_of_idle'])} of the idle GPU")
+        elif name == "quotas":
+            for key, r in res.items():
+                if key.startswith("quota_") and "shim" in r:
+                    out.append(f"{key}: allocated {r['shim'].get('allocated', 0) >> 20} MiB, NVML "
+                               f"{(r['nvml_used'] or 0) >> 20} MiB, charged {r['charged'] >> 20} MiB, quota "
+                               f"{r['quota'] >> 20} MiB; bare got past the quota: {r['bare_got_past_quota']}")
+        elif name == "reclaim":
+            for t in res.get("trials", []):
+                out.append(f"kill -9 of {t.get('allocated', 0) >> 20} MiB (charged {t.get('charged_before', 0) >> 20} MiB): "
+                           f"NVML gone after {_fmt(t.get('nvml_gone_after_kill_ms'))} ms, charge dropped after "
+                           f"{_fmt(t.get('charge_dropped_after_kill_ms'))} ms (polls {_fmt(t.get('nvml_poll_ms'))} / "
+                           f"{_fmt(t.get('charge_poll_ms'))} ms)")
+        elif name == "capture":
+            for key, r in res.items():
+                if key.startswith("capture_"):
+                    out.append(f"{key}: tokens around replays {r.get('tokens_around_replays')}, "
+                               f"{r.get('skipped') or r.get('error') or 'ok'}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        out.append(f"(highlights incomplete: {type(exc).__name__}: {exc})")
+    return out
+
+
 def summary_text(report: dict) -> str:
     f = report["facts"]
     lines = [f"gslice gpu-check {f['time_utc']} commit {f.get('commit')} dirty={f.get('dirty')} "
@@ -194,6 +256,8 @@ def summary_text(report: dict) -> str:
         res = result.get("results", {})
         if "error" in res:
             lines.append(f"    error: {res['error'][:400]}")
+        for line in highlights(name, res):
+            lines.append(f"    {line}")
         for path, v in targets(result):
             value = v["value"]
             shown = f"{value:.4g}" if isinstance(value, (int, float)) else repr(value)

@@ -62,7 +62,7 @@ def test_cupy_kernel_launches_wait_for_tokens(tmp_path):
         exp.spawn_workload("busy", ["spin", "--kernel-us", "1000", "--seconds", "60", "--sync-every", "4"],
                            stderr=subprocess.PIPE)
         # Set up (import, context, module load, attach) before start_at; count only from then on.
-        start_at = time.time() + 25
+        start_at = time.time() + 12
         proc = spawn_piped(exp, "cupy", cupy_workload(*spin, "--start-at", str(start_at)))
         time.sleep(max(0.0, start_at - 0.3 - time.time()))
         sampled_at = time.time()
@@ -126,7 +126,7 @@ def test_cupy_malloc_is_held_to_the_memory_quota(tmp_path):
 
 @pytest.mark.parametrize("sync_every", [1, 0], ids=["sync-each-kernel", "never-sync"])
 def test_cupy_groups_do_their_requested_shares_of_the_work(tmp_path, sync_every):
-    lead, run_seconds = 20.0, 10.0
+    lead, run_seconds = 12.0, 8.0
     requests = {"share30": 0.30, "share70": 0.70}
     spin = ["spin", "--kernel-us", "1000", "--seconds", str(run_seconds), "--sync-every", str(sync_every)]
     with SharingExperiment(tmp_path / "exp", gpu="real") as exp:
