@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gslice.workloads_served import ServedWorker, WorkerError, wait_all_ready  # noqa: F401  (re-exported)
+from gslice.workloads_served import ServedWorker, wait_all_ready
 
 
 Worker = ServedWorker

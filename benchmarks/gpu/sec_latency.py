@@ -83,6 +83,9 @@ def run(ctx: Context) -> None:
                     "p50_added_ms": beside_p50 - alone_p50 if beside_p50 and alone_p50 else None,
                     "p99_added_ms": beside_p99 - alone_p99 if beside_p99 and alone_p99 else None,
                     "shim_alone_p50_over_bare": (summary["alone_shim"]["p50"] / alone_p50) if alone_p50 else None,
+                    # Bare against bare: the two interleaved chunks of bare bursts alone.
+                    "alone_bare_chunks": [{"p50": _pct(part, 0.5), "p99": _pct(part, 0.99)} for part in
+                                          (lat["alone_bare"][:alone_chunk], lat["alone_bare"][alone_chunk:])],
                     "neighbour_rate_alone": nb_alone, "neighbour_rate_beside": nb_beside,
                     "neighbour_share_of_idle": kept,
                     "neighbour_runs": neighbour_runs,

@@ -34,7 +34,7 @@ def shares(ctx: Context) -> None:
             alone_rate = alone["iterations"] / alone["seconds"]
             rec.set("bare_alone", {"iterations_per_s": alone_rate})
             seconds = ctx.seconds(10.0, 2.0)
-            start_at = time.time() + 0.5
+            start_at = time.time() + 1.0
             for name in ("s30", "s70"):
                 workers[name].send("throughput", unit="mm4096h", seconds=seconds, sync_every=4, start_at=start_at)
             reports = {name: workers[name].receive("throughput", seconds + 120) for name in ("s30", "s70")}
