@@ -22,6 +22,7 @@ import threading
 import time
 
 from gslice.experiment import SharingExperiment
+from gslice.workloads_served import WorkerError, read_json_line
 
 from harness import NVML_WATCH, Context, Worker, nvml_env, nvml_processes, verdict, wait_ready
 
@@ -113,10 +114,16 @@ def _jax_quota(ctx: Context, exp, quota: int, chunk_mib: int, max_chunks: int) -
         if ctx.left() < 30:
             rec.set("quota_jax", {"skipped": f"only {ctx.left():.0f} s left", **reports})
             return
-        proc = exp.spawn("q-jax", [sys.executable, "-c", JAX_ALLOC, str(chunk_mib * MIB), str(max_chunks)],
-                         shim=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log_path = ctx.work_dir / f"jax-{label}.log"
+        with open(log_path, "w") as log:  # a file, not a pipe: JAX's warnings must never fill a pipe and block it
+            proc = exp.spawn("q-jax", [sys.executable, "-c", JAX_ALLOC, str(chunk_mib * MIB), str(max_chunks)],
+                             shim=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
-            line = _first_json_line(proc, min(120.0, ctx.left() - 10))
+            try:
+                line = read_json_line(proc, min(120.0, ctx.left() - 10), f"JAX allocation ({label})",
+                                      lambda: log_path.read_text(errors="replace")[-1500:])
+            except WorkerError as exc:
+                line = {"ready": False, "error": str(exc)}
             if shim and line.get("ready"):
                 line["charged"] = exp.admin.status().group("q-jax").memory_used
                 line["nvml_used"] = nvml_processes(exp).get(proc.pid)
@@ -130,20 +137,6 @@ def _jax_quota(ctx: Context, exp, quota: int, chunk_mib: int, max_chunks: int) -
         rec.set("quota_jax", {"what": f"JAX (default preallocation), {quota // MIB} MiB quota",
                               **_check_quota(quota, reports.get("bare"), shim_report, shim_report.get("nvml_used"),
                                              shim_report.get("charged", 0))})
-
-
-def _first_json_line(proc: subprocess.Popen, timeout: float) -> dict:
-    import select
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                return {"ready": False, "error": f"exited {proc.wait()}: {proc.stderr.read()[-1500:]}"}
-            if line.startswith("{"):
-                return json.loads(line)
-    return {"ready": False, "error": f"no JSON line within {timeout:.0f} s"}
 
 
 class ChargePoller:

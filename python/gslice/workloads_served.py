@@ -156,6 +156,27 @@ class WorkerError(RuntimeError):
     """A served workload process failed, answered with an error, or went quiet."""
 
 
+def read_json_line(proc: subprocess.Popen, timeout: float, what: str, stderr_tail=lambda: "") -> dict:
+    """The next JSON line `proc` prints (stdout piped, text), within `timeout`
+    seconds; WorkerError (with `stderr_tail()`) when it exits, closes its
+    output or stays quiet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WorkerError(f"{what}: no JSON line within {timeout:.0f} s; stderr: {stderr_tail()}")
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
+        if not ready:
+            if proc.poll() is not None:
+                raise WorkerError(f"{what}: exited with {proc.returncode}; stderr: {stderr_tail()}")
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            raise WorkerError(f"{what}: closed its output (exit {proc.wait()}); stderr: {stderr_tail()}")
+        if line.startswith("{"):
+            return json.loads(line)
+
+
 class ServedWorker:
     """The caller's side: one `python -m gslice.workloads_served` process in
     `group` of a gslice.experiment.SharingExperiment (shim=False: bare, same
@@ -192,23 +213,7 @@ class ServedWorker:
             return ""
 
     def _read_line(self, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerError(f"{self.label}: no answer to {what} within {timeout:.0f} s; stderr: {self.stderr_tail()}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.5))
-            if not ready:
-                if self.proc.poll() is not None:
-                    raise WorkerError(f"{self.label}: exited with {self.proc.returncode} during {what}; "
-                                      f"stderr: {self.stderr_tail()}")
-                continue
-            line = self.proc.stdout.readline()
-            if not line:
-                raise WorkerError(f"{self.label}: closed its output (exit {self.proc.wait()}) during {what}; "
-                                  f"stderr: {self.stderr_tail()}")
-            if line.startswith("{"):
-                return json.loads(line)
+        return read_json_line(self.proc, timeout, f"{self.label}: {what}", self.stderr_tail)
 
     def wait_ready(self, timeout: float) -> dict:
         self.ready = self._read_line(timeout, "start-up")

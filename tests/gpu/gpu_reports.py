@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import select
 import subprocess
-import time
 
 import pytest
 
@@ -28,18 +26,12 @@ def finish_json(proc: subprocess.Popen, what: str, timeout: float = PROCESS_TIME
 
 def read_json_line(proc: subprocess.Popen, what: str, timeout: float = PROCESS_TIMEOUT) -> dict:
     """The first JSON line `proc` prints while it keeps running (stdout piped, text)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                err = proc.stderr.read() if proc.stderr else ""
-                pytest.fail(f"{what} closed its output (exit status {proc.wait()}) before printing; "
-                            f"stderr tail:\n{err[-3000:]}")
-            if line.startswith("{"):
-                return json.loads(line)
-    pytest.fail(f"{what} printed no JSON line within {timeout} s")
+    from gslice.workloads_served import WorkerError, read_json_line as next_json_line
+    try:
+        return next_json_line(proc, timeout, what, lambda: proc.stderr.read()[-3000:]
+                              if proc.stderr and proc.poll() is not None else "")
+    except WorkerError as exc:
+        pytest.fail(str(exc))
 
 
 # -- served workload processes (gslice.workloads_served): bare first, then under the shim
