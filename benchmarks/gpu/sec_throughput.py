@@ -48,7 +48,7 @@ def run(ctx: Context) -> None:
                 "target": verdict(shim.get("median"), low=0.99)})
 
             # b. per-launch overhead: x.add_ on 1024 floats, sync every 2000.
-            launches = ctx.count(20000, 2000)
+            launches = ctx.count(50000, 2000)
             rounds = ctx.count(7, 2)
             rows = _rounds(ctx, workers, "launch", 120, lambda r: r["ns_per_launch"], rounds,
                            launches=launches, sync_every=2000)

@@ -159,7 +159,7 @@ def test_launch_overhead_is_within_one_percent_beside_the_bare_noise(tmp_path):
         bare_or_skip(bare_a, "the launch-bound add_ loop", "launch", launches=2000, sync_every=2000)
         ready(bare_b, shim)
         ratios, noise = interleaved_ratios(bare_a, shim, bare_b, "launch", lambda r: r["ns_per_launch"], rounds=5,
-                                           launches=20000, sync_every=2000)
+                                           launches=50000, sync_every=2000)
     added, spread = statistics.median(ratios) - 1, abs(statistics.median(noise) - 1)
     print(f"gpu-result: launch-bound loop, 5 interleaved rounds: shim/bare {[round(r, 3) for r in ratios]} "
           f"(median {added:+.2%}), bare B/bare A {[round(n, 3) for n in noise]} (median {spread:.2%})")
