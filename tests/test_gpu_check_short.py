@@ -85,6 +85,9 @@ def test_the_short_form_runs_every_section_from_the_installed_wheel(bundle, tmp_
     assert "--no-deps" in result.stdout and str(bundle / "site") in result.stdout
     assert len(facts["commit"]) == 40 and isinstance(facts["dirty"], bool)
     assert facts["backend"] == "driver" and facts["gpu"] == "sim"
+    # The fields every file in benchmarks/results/ has (report.py lists it among the others).
+    assert report["experiment"] == "gpu_check_short" and report["device"].startswith("simulated GPU")
+    assert any(m["name"] == "shares.shares_30_70.target" for m in report["metrics"]), report["metrics"]
     for name, keys in EXPECTED_KEYS.items():
         assert sections[name]["status"] == "ok", (name, sections[name])
         results = sections[name]["results"]

@@ -314,7 +314,27 @@ def pack_logs(work_root: Path, path: Path, per_file: int = 256 * 1024) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
+def results_fields(report: dict) -> dict:
+    """The fields every file in benchmarks/results/ has (benchmarks/results_io.py),
+    so report.py can list this one too: each verdict as a metric."""
+    f = report["facts"]
+    metrics = []
+    for name, result in report["sections"].items():
+        for path, v in targets(result):
+            if isinstance(v["value"], (int, float)) and not isinstance(v["value"], bool):
+                bounds = [f">= {v['low']}" if v["low"] is not None else "", f"<= {v['high']}" if v["high"] is not None else ""]
+                metrics.append({"name": f"{name}.{path}", "value": float(v["value"]), "unit": "",
+                                "target": " and ".join(b for b in bounds if b), "met": v["met"]})
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "") if Path("/proc/cpuinfo").exists() else ""
+    return {"experiment": "gpu_check_short" if f.get("short") else "gpu_check",
+            "device": f.get("nvidia_smi") or f"simulated GPU ({f['backend']} workloads)",
+            "machine": {"hostname": f.get("hostname"), "cpu": cpu, "cores": f.get("cpu_count")},
+            "recorded_at": f["time_utc"], "commit": f.get("commit"), "metrics": metrics, "plots": []}
+
+
 def write_report(report: dict, results_path: Path, out_dir: Path | None) -> None:
+    report.update(results_fields(report))
     text = json.dumps(report, indent=1, default=str)
     tmp = results_path.with_suffix(".tmp")
     tmp.write_text(text)
@@ -343,7 +363,8 @@ def run_main(args) -> int:
     else:
         work_root = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     log(f"backend {args.backend} on the {args.gpu} GPU, budget {args.budget:.0f} s; results {results_path}")
-    report = {"facts": facts(args.backend, args.gpu), "budget_s": args.budget, "sections": {}}
+    report = {"facts": {**facts(args.backend, args.gpu), "short": args.short}, "budget_s": args.budget,
+              "sections": {}}
     write_report(report, results_path, out_dir)
     names = [n for n in SECTIONS if not args.only or n in args.only]
     for i, name in enumerate(names):
