@@ -38,7 +38,10 @@ try:
     import gslice, gslice.client, gslice.testing, gslice.experiment, gslice.workloads_served
     from gslice.v1 import admin_pb2, client_pb2
     import gslice.tokend.daemon
-    out.update(ok=True, gslice=gslice.__version__, where=gslice.__file__)
+    from gslice import paths
+    if not paths.shim_library().exists():
+        raise FileNotFoundError(f"the wheel has no shim at {paths.shim_library()}")
+    out.update(ok=True, gslice=gslice.__version__, where=gslice.__file__, shim=str(paths.shim_library()))
 except Exception as exc:
     out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
 print(json.dumps(out))

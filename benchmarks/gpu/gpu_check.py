@@ -268,6 +268,7 @@ def summary_text(report: dict) -> str:
     if "pytest" in report:
         p = report["pytest"]
         lines.append(f"[pytest -m gpu tests/gpu] {p['status']} in {p['seconds']} s: {p.get('summary')}")
+        lines.extend(f"    {line[:300]}" for line in p.get("lines", [])[:60])
     return "\n".join(lines) + "\n"
 
 
