@@ -152,7 +152,7 @@ def install(bundle: Path, target: Path) -> int:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "--no-cache-dir",
                           "--disable-pip-version-check", "--target", str(target), *map(str, wheels)],
                          capture_output=True, text=True, timeout=300)
     if pip.returncode != 0:
