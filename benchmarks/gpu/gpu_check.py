@@ -70,9 +70,12 @@ def facts(backend: str, gpu: str) -> dict:
     manifest = bundle / "manifest.json"
     if manifest.exists():
         out["wheel_manifest"] = json.loads(manifest.read_text())
-    if len(out["commit"]) != 40 and "wheel_manifest" in out:
-        # A copy of the tree without .git: the commit the wheel was built from is what was measured.
-        out["commit_source"] = f"wheel manifest (git here said {out['commit']})"
+    if "wheel_manifest" in out:
+        # The shim, tokend and workloads that ran came from the wheel, so the
+        # commit it was built from is what was measured. The tree's own git can
+        # disagree: the device tool copies the work tree with a stale .git.
+        out["tree_commit"], out["tree_dirty"] = out["commit"], out["dirty"]
+        out["commit_source"] = f"wheel manifest (git in this tree said {out['commit']})"
         out["commit"] = out["wheel_manifest"]["commit"]
         out["dirty"] = out["wheel_manifest"]["dirty"]
     else:
@@ -413,7 +416,7 @@ def main(argv=None) -> int:
     p_run.add_argument("--short", action="store_true", help="tiny runs that prove the plumbing (simulated GPU)")
     p_run.add_argument("--budget", type=float, default=440.0,
                        help="seconds for the sections and pytest (default 440; install and facts add ~20-30 s)")
-    p_run.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
+    p_run.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results" / "gpu"))
     p_run.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     p_run.add_argument("--no-pytest", action="store_true")
     p_run.add_argument("--keep-work", action="store_true", help="keep the sections' logs and worker logs")
