@@ -128,16 +128,21 @@ def test_memory_comes_back_when_nvml_stops_listing_the_process_and_not_before(re
         victim.communicate()
 
 
-def test_pending_reclaim_survives_a_daemon_restart(tokend_factory):
-    # No NVML (a fake GPU): the departed client's memory waits for the timeout, across the restart.
-    tokend = tokend_factory(gpu="fake", extra_args=["--reclaim-timeout-ms", "4000"])
-    admin = tokend.admin()
-    created = admin.create_group("g", request=0.5, memory="1GiB")
+def _departed_client(tokend_factory, timeout_ms: int, nbytes: int):
+    """A daemon without NVML (a fake GPU), group g (1 GiB), and a client that
+    held `nbytes` and detached: its memory waits for the reclaim timeout.
+    Returns the daemon, the group's secret and when the client detached."""
+    tokend = tokend_factory(gpu="fake", extra_args=["--reclaim-timeout-ms", str(timeout_ms)])
+    created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
     client = tokend.shim_client("g", created.secret)
-    assert client.reserve(300 * MiB).granted
+    assert client.reserve(nbytes).granted
     client.detach()
-    detached_at = time.monotonic()
-    assert admin.status().group("g").memory_awaiting_driver == 300 * MiB
+    return tokend, created.secret, time.monotonic()
+
+
+def test_pending_reclaim_survives_a_daemon_restart(tokend_factory):
+    tokend, _, detached_at = _departed_client(tokend_factory, 4000, 300 * MiB)
+    assert tokend.admin().status().group("g").memory_awaiting_driver == 300 * MiB
     tokend.restart()
     admin = tokend.admin()
     group = admin.status().group("g")
@@ -149,13 +154,8 @@ def test_pending_reclaim_survives_a_daemon_restart(tokend_factory):
 
 
 def test_a_reservation_that_fits_only_after_pending_reclaims_waits_for_them(tokend_factory):
-    tokend = tokend_factory(gpu="fake", extra_args=["--reclaim-timeout-ms", "500"])
-    admin = tokend.admin()
-    created = admin.create_group("g", request=0.5, memory="1GiB")
-    departing = tokend.shim_client("g", created.secret)
-    assert departing.reserve(800 * MiB).granted
-    departing.detach()
-    successor = tokend.shim_client("g", created.secret)
+    tokend, secret, _ = _departed_client(tokend_factory, 500, 800 * MiB)
+    successor = tokend.shim_client("g", secret)
     asked = time.monotonic()
     reply = successor.reserve(900 * MiB)  # fits once the 800 MiB are back
     waited = time.monotonic() - asked
