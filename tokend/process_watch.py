@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from dataclasses import dataclass
 
 POLICIES = ("none", "warn", "kill")
@@ -62,16 +63,36 @@ def find_bypass(processes: list[GpuProcessUse], attached: dict[int, str], quotas
     return found
 
 
+_nvml_lock = threading.Lock()
+_nvml_handles: dict[str, object] = {}  # GPU UUID -> NVML handle, while NVML stays initialised
+
+
 def list_gpu_processes(gpu_uuid: str) -> list[GpuProcessUse]:
-    """Compute processes on the GPU `gpu_uuid`, through NVML (pynvml)."""
+    """Compute processes on the GPU `gpu_uuid`, through NVML (pynvml).
+
+    NVML stays initialised between calls: while departed processes' memory
+    awaits the driver this runs every 10 ms, and an init/shutdown pair per
+    call would cost more than the query. After a failure NVML is shut down
+    and initialised afresh by the next call."""
     import pynvml
-    pynvml.nvmlInit()
+    with _nvml_lock:
+        handle = _nvml_handles.get(gpu_uuid)
+        if handle is None:
+            pynvml.nvmlInit()
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid.encode())
+            except pynvml.NVMLError:
+                pynvml.nvmlShutdown()
+                raise
+            _nvml_handles[gpu_uuid] = handle
     try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid.encode())
         infos = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        return [GpuProcessUse(int(info.pid), int(info.usedGpuMemory or 0)) for info in infos]
-    finally:
-        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        with _nvml_lock:
+            if _nvml_handles.pop(gpu_uuid, None) is not None:
+                pynvml.nvmlShutdown()
+        raise
+    return [GpuProcessUse(int(info.pid), int(info.usedGpuMemory or 0)) for info in infos]
 
 
 def kill(pid: int) -> str:
