@@ -3,7 +3,8 @@
 Everything here is derived from files in the repository, so a clean
 checkout rebuilds bit-for-bit the same outputs:
 
-  proto    proto/gslice/v1/*.proto -> python/gslice/v1/*_pb2*.py (grpcio-tools)
+  proto    proto/gslice/v1/*.proto -> python/gslice/v1/*_pb2*.py (grpcio-tools, pinned:
+           GRPC_TOOLS_VERSION)
            proto/gslice/v1/client.proto -> build/native/nanopb/*.pb.[ch] (nanopb, for the shim)
   simgpu   simgpu/*.c -> python/gslice/simgpu/libcuda.so.1, libnvidia-ml.so.1
   hook     hook/*.c + third_party/nghttp2 -> python/gslice/lib/libgslice.so
@@ -16,8 +17,11 @@ glibc baselines: tools/toolchain.py.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,22 +43,67 @@ WORK_DIR = ROOT / "build" / "native"
 NANOPB_DIR = WORK_DIR / "nanopb"
 
 
-def build_proto() -> None:
-    from grpc_tools import protoc  # build-time dependency
-    import grpc_tools
+# The Python stubs are generated with this grpcio-tools, the oldest gslice
+# supports, never with whatever the build machine has: newer generators
+# stamp their own version into the code, which then refuses to import under
+# an older grpcio ("depends on grpcio>=...") or protobuf (gencode version
+# check). 1.60.0's stubs carry no such check; they are protobuf 4.25.0
+# gencode, so the runtime floors are grpcio>=1.60.0 and protobuf>=4.25.0
+# (pyproject.toml [project] dependencies; docs/packaging.md).
+GRPC_TOOLS_VERSION = "1.60.0"
+GRPC_TOOLS_DIR = ROOT / "build" / f"grpcio-tools-{GRPC_TOOLS_VERSION}"
 
-    include = Path(grpc_tools.__file__).parent / "_proto"
+# Runs protoc from the grpc_tools first on sys.path (the pinned one); not
+# through grpc_tools.protoc, which imports pkg_resources in 1.60.
+_PROTOC = """
+import importlib.metadata, os, sys
+import grpc_tools
+from grpc_tools import _protoc_compiler
+found = importlib.metadata.version("grpcio-tools")
+if found != sys.argv[1]:
+    sys.exit(f"grpcio-tools {found} found at {grpc_tools.__file__}; the stubs need {sys.argv[1]}")
+include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+sys.exit(_protoc_compiler.run_main([a.encode() for a in ["protoc", "-I" + include, *sys.argv[2:]]]))
+"""
+
+
+def grpc_tools_path() -> Path | None:
+    """Where grpcio-tools==GRPC_TOOLS_VERSION lives: None when this
+    interpreter has it (a wheel build: pyproject.toml [build-system] pins
+    it), else a private copy under build/ (a developer's venv keeps its own
+    grpcio-tools for nanopb), installed on first use."""
+    try:
+        if importlib.metadata.version("grpcio-tools") == GRPC_TOOLS_VERSION:
+            return None
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if not (GRPC_TOOLS_DIR / "grpc_tools").is_dir():
+        print(f"[build_native] installing grpcio-tools=={GRPC_TOOLS_VERSION} into {GRPC_TOOLS_DIR} "
+              "(the generator of the Python stubs)", file=sys.stderr)
+        tmp = GRPC_TOOLS_DIR.with_name(GRPC_TOOLS_DIR.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--target", str(tmp), f"grpcio-tools=={GRPC_TOOLS_VERSION}"], check=True)
+        shutil.rmtree(GRPC_TOOLS_DIR, ignore_errors=True)
+        os.replace(tmp, GRPC_TOOLS_DIR)
+    return GRPC_TOOLS_DIR
+
+
+def build_proto() -> None:
+    tools = grpc_tools_path()
+    env = dict(os.environ)
+    if tools is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tools), *filter(None, [env.get("PYTHONPATH")])])
     args = [
-        "grpc_tools.protoc",
         f"-I{PROTO_DIR}",
-        f"-I{include}",
         f"--python_out={PYTHON_ROOT}",
         f"--pyi_out={PYTHON_ROOT}",
         f"--grpc_python_out={PYTHON_ROOT}",
         *[str(PROTO_DIR / f) for f in PROTO_FILES],
     ]
-    if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed on {PROTO_FILES}")
+    result = subprocess.run([sys.executable, "-c", _PROTOC, GRPC_TOOLS_VERSION, *args], env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"protoc (grpcio-tools {GRPC_TOOLS_VERSION}) failed on {PROTO_FILES}")
     (PACKAGE_DIR / "v1" / "__init__.py").write_text(
         '"""Generated gRPC/protobuf code for the gslice.v1 contract (see proto/)."""\n'
     )
@@ -89,8 +138,6 @@ def version() -> str:
 def build_simgpu(chain: str = "native") -> None:
     """The simulated GPU; developers build it with the system gcc, the wheel
     with the manylinux toolchain (simgpu/build.py takes $CC as one word)."""
-    import os
-
     cc = toolchain.compiler_script(chain, toolchain.SIMGPU_GLIBC, WORK_DIR / "toolchain")
     saved = os.environ.get("CC")
     os.environ["CC"] = cc
