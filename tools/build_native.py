@@ -17,6 +17,7 @@ glibc baselines: tools/toolchain.py.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -137,19 +138,52 @@ def version() -> str:
 
 def build_simgpu(chain: str = "native") -> None:
     """The simulated GPU; developers build it with the system gcc, the wheel
-    with the manylinux toolchain (simgpu/build.py takes $CC as one word)."""
+    with the manylinux toolchain (simgpu/build.py takes $CC as one word).
+
+    Each compiler builds into its own folder, named by a digest of its
+    command and its --version (so its build stamps name the compiler), and
+    the result is then copied into the package: the package's libraries are
+    always the last requested compiler's, never a stale build of another
+    whose stamp happens to match (a wheel built after a test run would
+    otherwise ship the system gcc's libraries under a manylinux tag)."""
+    command = toolchain.compiler(chain, toolchain.SIMGPU_GLIBC)
+    probe = subprocess.run([*command, "--version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} --version failed ({probe.returncode}): {probe.stderr.strip()}")
+    key = hashlib.sha256("\0".join([*command, probe.stdout]).encode()).hexdigest()[:12]
+    work_dir = WORK_DIR / "simgpu" / f"{chain}-{key}"
+    built_dir = work_dir / "out"
     cc = toolchain.compiler_script(chain, toolchain.SIMGPU_GLIBC, WORK_DIR / "toolchain")
     saved = os.environ.get("CC")
     os.environ["CC"] = cc
     try:
-        # One work folder per compiler: its build stamps then name the compiler too.
-        _load(ROOT / "simgpu" / "build.py").build(out_dir=PACKAGE_DIR / "simgpu",
-                                                  work_dir=WORK_DIR / "simgpu" / Path(cc).name)
+        simgpu = _load(ROOT / "simgpu" / "build.py")
+        simgpu.build(out_dir=built_dir, work_dir=work_dir)
     finally:
         if saved is None:
             os.environ.pop("CC", None)
         else:
             os.environ["CC"] = saved
+    package_dir = PACKAGE_DIR / "simgpu"
+    for name, spec in simgpu.LIBRARIES.items():
+        _install_file(built_dir / name, package_dir / name)
+        link = package_dir / spec["link"]
+        if not (link.is_symlink() and os.readlink(link) == name):
+            link.unlink(missing_ok=True)
+            link.symlink_to(name)
+
+
+def _install_file(source: Path, target: Path) -> None:
+    """Copies source over target unless equal, atomically (running
+    processes keep the old inode)."""
+    data = source.read_bytes()
+    if target.exists() and not target.is_symlink() and target.read_bytes() == data:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(0o755)
+    os.replace(tmp, target)
 
 
 def build_hook(chain: str | None = None, shim_api: bool = True) -> None:
