@@ -41,5 +41,8 @@ def test_demo_short_form_on_the_simulated_gpu(installed_venv):
     assert "over the whole run:" in r.stdout
     for group in ("training", "inference"):
         assert f"  {group:<10} asked" in r.stdout
-    # The shim (from the wheel) enforced the 1 GiB quota.
-    assert "then CUDA_ERROR_OUT_OF_MEMORY" in r.stdout, r.stdout
+    # The shim (from the wheel) enforced the 1 GiB quota, and the demo says
+    # where the rest of it went: the context reserve (the shim's default here).
+    assert "allocated 2 chunks (512 MiB), then CUDA_ERROR_OUT_OF_MEMORY" in r.stdout, r.stdout
+    assert "1024 MiB of its 1024 MiB quota = 512 MiB of chunks + 512 MiB context reserve" in r.stdout, r.stdout
+    assert "GSLICE_CONTEXT_RESERVE_MIB, not set here" in r.stdout, r.stdout
