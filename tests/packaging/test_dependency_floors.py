@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from packaging_harness import IMAGE_PACKAGES, declared_floors, installed_versions, running_tokend
+from packaging_harness import IMAGE_PACKAGES, declared_floors, installed_versions, make_venv, pip, running_tokend
 
 pytestmark = pytest.mark.packaging
 
@@ -90,3 +90,27 @@ def test_tokend_group_create_run_and_status(environment, tmp_path):
                 groups["team-a"]
     finally:
         Path(f"/dev/shm/gslice-sim-{sim_name}").unlink(missing_ok=True)
+
+
+# One release per protobuf major line the images of the last two years carry
+# (docs/packaging.md), oldest first: the stubs (protobuf 4.25.0 gencode, no
+# version check) must load and round-trip a message under each.
+PROTOBUF_LINES = ["4.25.0", "5.26.1", "5.29.5", "6.30.0", "6.33.5", "7.34.0", "7.36.2"]
+
+
+def test_stubs_load_under_each_protobuf_line(wheel_tree, tmp_path):
+    venv, env = make_venv(tmp_path, [f"grpcio=={declared_floors()['grpcio']}"])
+    env = {**env, "PYTHONPATH": str(wheel_tree)}
+    code = ("import warnings; warnings.simplefilter('error');"
+            "import google.protobuf, gslice.v1.admin_pb2 as a, gslice.v1.client_pb2_grpc, gslice.kubelet.dra_v1_pb2_grpc;"
+            "g = a.Group(name='x', memory_quota=5); g.labels['k'] = 'v';"
+            "r = a.UpdateGroupRequest(name='x', limit=0.5);"
+            "assert a.Group.FromString(g.SerializeToString()) == g;"
+            "assert a.UpdateGroupRequest.FromString(r.SerializeToString()).HasField('limit');"
+            "print(google.protobuf.__version__)")
+    loaded = {}
+    for version in PROTOBUF_LINES:
+        pip(venv, env, "install", "-q", "--only-binary", ":all:", f"protobuf=={version}")
+        r = run(venv, env, "python", "-c", code)
+        loaded[version] = r.stdout.strip() if r.returncode == 0 else r.stderr.strip().splitlines()[-1]
+    assert loaded == {v: v for v in PROTOBUF_LINES}
