@@ -16,7 +16,7 @@ from packaging_harness import IMAGE_PACKAGES, declared_floors, installed_version
 
 pytestmark = pytest.mark.packaging
 
-ENVIRONMENTS = {"floors": "floor_venv", "newest": "installed_venv", "pytorch-image": "image_target"}
+ENVIRONMENTS = {"floors": "floor_venv", "newest": "installed_venv", "pytorch_image": "image_target"}
 
 
 @pytest.fixture(params=list(ENVIRONMENTS))
