@@ -83,8 +83,12 @@ def grpc_tools_path() -> Path | None:
               "(the generator of the Python stubs)", file=sys.stderr)
         tmp = GRPC_TOOLS_DIR.with_name(GRPC_TOOLS_DIR.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--target", str(tmp), f"grpcio-tools=={GRPC_TOOLS_VERSION}"], check=True)
+        result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                 "--no-deps", "--target", str(tmp), f"grpcio-tools=={GRPC_TOOLS_VERSION}"])
+        if result.returncode != 0:
+            raise RuntimeError(f"could not install grpcio-tools=={GRPC_TOOLS_VERSION} into {GRPC_TOOLS_DIR} (pip exit "
+                               f"{result.returncode}, output above); the Python stubs need that generator: install it "
+                               f"in this interpreter, or put a copy there (pip install --target)")
         shutil.rmtree(GRPC_TOOLS_DIR, ignore_errors=True)
         os.replace(tmp, GRPC_TOOLS_DIR)
     return GRPC_TOOLS_DIR
