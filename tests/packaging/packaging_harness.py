@@ -184,22 +184,34 @@ def floor_venv(wheel_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def image_target(wheel_path):
-    """A venv holding IMAGE_PACKAGES (plus the other dependencies, newest)
-    and no cffi, with the wheel installed the way it is on the GPU machine:
+def _image_target(wheel_path: Path, packages: dict[str, str]):
+    """A venv holding `packages` (plus the other dependencies, newest) and
+    no cffi, with the wheel installed the way it is on the GPU machine:
     `pip install --no-deps --target DIR`, DIR first on PYTHONPATH and PATH.
     Yields (venv, env)."""
     base = Path(tempfile.mkdtemp(prefix="gs-image-"))
     try:
-        others = [name for name in declared_floors() if name not in IMAGE_PACKAGES]
-        venv, env = make_venv(base, [f"{n}=={v}" for n, v in IMAGE_PACKAGES.items()] + others)
+        others = [name for name in declared_floors() if name not in packages]
+        venv, env = make_venv(base, [f"{n}=={v}" for n, v in packages.items()] + others)
         target = base / "target"
         pip(venv, env, "install", "-q", "--no-deps", "--target", str(target), str(wheel_path))
         env = {**env, "PYTHONPATH": str(target), "PATH": f"{target / 'bin'}{os.pathsep}{env['PATH']}"}
         yield venv, env
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def image_target(wheel_path):
+    """The PyTorch image with grpcio-health-checking at the image's grpcio version."""
+    yield from _image_target(wheel_path, IMAGE_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def image_target_oldest_health(wheel_path):
+    """The PyTorch image with the oldest grpcio-health-checking carried (its
+    stubs have no version check at all)."""
+    yield from _image_target(wheel_path, {**IMAGE_PACKAGES, "grpcio-health-checking": declared_floors()["grpcio-health-checking"]})
 
 
 @contextlib.contextmanager

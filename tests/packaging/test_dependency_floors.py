@@ -16,7 +16,8 @@ from packaging_harness import IMAGE_PACKAGES, declared_floors, installed_version
 
 pytestmark = pytest.mark.packaging
 
-ENVIRONMENTS = {"floors": "floor_venv", "newest": "installed_venv", "pytorch_image": "image_target"}
+ENVIRONMENTS = {"floors": "floor_venv", "newest": "installed_venv", "pytorch_image": "image_target",
+                "pytorch_image_oldest_health": "image_target_oldest_health"}
 
 
 @pytest.fixture(params=list(ENVIRONMENTS))
@@ -80,6 +81,10 @@ def test_tokend_group_create_run_and_status(environment, tmp_path):
             # The context's 256 MiB reserve and three 256 MiB chunks fill the 1 GiB
             # quota; the fourth chunk is refused by the shim, on the daemon's word.
             assert result["chunks"] == 3 and result["refused"] >= 1, (name, result)
+            # The standard health service (grpcio-health-checking's stubs, both ends).
+            r = run(venv, sim_env, "python", "-c", "import sys; from gslice.client import health_status; "
+                    "print(health_status(sys.argv[1]))", str(sockets / "admin.sock"))
+            assert r.returncode == 0 and r.stdout.strip() == "SERVING", f"{name}: {r.stdout}{r.stderr}"
             r = run(venv, sim_env, "gslice", *admin, "status", "--json")
             assert r.returncode == 0, f"{name}: {r.stdout}{r.stderr}"
             status = json.loads(r.stdout)
