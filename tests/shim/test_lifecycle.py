@@ -9,7 +9,7 @@ import signal
 import time
 
 
-from shim_harness import group_env, parse_kv, wait_for_line
+from shim_harness import assert_charged_for, group_env, parse_kv, sim_busy_seconds, wait_for_line
 
 MiB = 1 << 20
 
@@ -70,14 +70,22 @@ def test_daemon_restart_mid_run_does_not_break_the_app(runner, tokend):
     wait_for_line(p, "ready=", timeout=30)
     time.sleep(1.5)
     tokend.restart()
+    admin = tokend.admin()
+    deadline = time.monotonic() + 30
+    while admin.status().group("g").clients != 1 and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # GPU time from the re-attach on (the new daemon grants every slice of it).
+    busy_from = sim_busy_seconds(runner.base_env["GSLICE_SIM_NAME"], "g")
     kv = parse_kv(wait_for_line(p, "launched=", timeout=60, collect=True))
     p.wait(timeout=30)
     err = p.stderr.read()
     assert p.returncode == 0, err
     assert int(kv["launched"]) > 0
     assert "re-attached to tokend" in err
-    # Metering resumed against the new daemon.
-    assert tokend.admin().status().group("g").tokens_granted > 0
+    busy = sim_busy_seconds(runner.base_env["GSLICE_SIM_NAME"], "g") - busy_from
+    assert busy > 0, "the loop ran nothing after the re-attach"
+    # Metering resumed against the new daemon: it charged the group for that work.
+    assert_charged_for(admin, "g", busy)
 
 
 def test_unreachable_daemon_with_wait_blocks_launches_until_it_appears(runner, tokend, tmp_path):
