@@ -46,7 +46,7 @@ LEDGER_REFUSAL_CUT = "ledger_refusal"  # allocations over the quota go through
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:
     """libgslice.so with `cut` cut out, built into out_dir (never into the package)."""
-    out = Path(out_dir) / f"libgslice-cut-{cut}.so"
+    out = Path(out_dir) / f"cut-{cut}" / "libgslice.so"   # the name tests check a pointer's object by
     env = {**os.environ, "GSLICE_TEST_CUT": cut, "GSLICE_TEST_CUT_OUTPUT": str(out)}
     subprocess.run([sys.executable, str(ROOT / "tools" / "build_native.py"), "hook"], check=True, cwd=ROOT, env=env)
     return out
