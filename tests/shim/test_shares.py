@@ -28,32 +28,38 @@ def tokend(tmp_path, sim_lib_dir):
     t.close()
 
 
-def run_pair(runner, tokend, kernel_ns: int, sync_every: int, requests=(0.3, 0.7)):
-    """Engine time each group's process used over one common interval, once
-    both run and the 2 s window has filled (the simulator records it per
-    process, labelled with GSLICE_GROUP). One interval for both: processes
-    start at different moments, and each one's own clock would misalign."""
+def run_loops(runner, envs: dict[str, dict], kernel_ns: int, sync_every: int) -> tuple[dict[str, int], float]:
+    """Engine time each group's process used over one common steady-state
+    interval, once all run and the 2 s window has filled (the simulator
+    records it per process, labelled with GSLICE_GROUP), and the interval's
+    length in seconds. One interval for all: processes start at different
+    moments, and each one's own clock would misalign."""
     import gslice.simgpu as simgpu
 
-    admin = tokend.admin()
-    envs = []
-    for name, request in zip("ab", requests):
-        created = admin.create_group(name, request=request, limit=1.0, memory="1GiB")
-        envs.append(group_env(tokend, name, created.secret))
-    procs = [runner.start("loop", "driver", SECONDS, kernel_ns, sync_every, **env) for env in envs]
+    procs = [runner.start("loop", "driver", SECONDS, kernel_ns, sync_every, **env) for env in envs.values()]
     for p in procs:
         wait_for_line(p, "ready=", timeout=30)
-    sim_name = runner.base_env["GSLICE_SIM_NAME"]
     time.sleep(WARMUP_TICK - 0.5)
-    with simgpu.SimGpu(sim_name) as sim:
-        before = sim.busy_ns_by_label()
+    with simgpu.SimGpu(runner.base_env["GSLICE_SIM_NAME"]) as sim:
+        before, t0 = sim.busy_ns_by_label(), time.monotonic()
         time.sleep(MEASURE_SECONDS)
-        after = sim.busy_ns_by_label()
+        after, t1 = sim.busy_ns_by_label(), time.monotonic()
     for p in procs:
         wait_for_line(p, "launched=", timeout=SECONDS + 60, collect=True)
         p.wait(timeout=30)
         assert p.returncode == 0, p.stderr.read()
-    return [after.get(name, 0) - before.get(name, 0) for name in "ab"]
+    return {name: after.get(name, 0) - before.get(name, 0) for name in envs}, t1 - t0
+
+
+def run_pair(runner, tokend, kernel_ns: int, sync_every: int, requests=(0.3, 0.7)) -> list[int]:
+    """Engine time (ns) of groups a and b, asking `requests`, both always wanting the GPU."""
+    admin = tokend.admin()
+    envs = {}
+    for name, request in zip("ab", requests):
+        created = admin.create_group(name, request=request, limit=1.0, memory="1GiB")
+        envs[name] = group_env(tokend, name, created.secret)
+    busy, _ = run_loops(runner, envs, kernel_ns, sync_every)
+    return [busy["a"], busy["b"]]
 
 
 @pytest.mark.slow
@@ -73,21 +79,9 @@ def test_limit_caps_a_group_alone(runner, tokend, shim_build):
     """A group alone, wanting all of the GPU, with limit 0.3: the engine
     time its process used over a steady-state interval (the simulator's
     record, not tokend's charge) is 30% +- 3 points."""
-    import gslice.simgpu as simgpu
-
-    admin = tokend.admin()
-    created = admin.create_group("capped", request=0.3, limit=0.3, memory="1GiB")
-    p = runner.start("loop", "driver", SECONDS, 1_000_000, 0, **group_env(tokend, "capped", created.secret))
-    wait_for_line(p, "ready=", timeout=30)
-    time.sleep(WARMUP_TICK - 0.5)
-    with simgpu.SimGpu(runner.base_env["GSLICE_SIM_NAME"]) as sim:
-        before, t0 = sim.busy_ns_by_label().get("capped", 0), time.monotonic()
-        time.sleep(MEASURE_SECONDS)
-        after, t1 = sim.busy_ns_by_label().get("capped", 0), time.monotonic()
-    wait_for_line(p, "launched=", timeout=SECONDS + 60, collect=True)
-    p.wait(timeout=30)
-    assert p.returncode == 0, p.stderr.read()
-    fraction = (after - before) / ((t1 - t0) * 1e9)
+    created = tokend.admin().create_group("capped", request=0.3, limit=0.3, memory="1GiB")
+    busy, seconds = run_loops(runner, {"capped": group_env(tokend, "capped", created.secret)}, 1_000_000, 0)
+    fraction = busy["capped"] / (seconds * 1e9)
     print(f"shim {shim_build.cut or 'normal'}: limit 0.3 alone used {fraction:.3f} of the GPU")
     with shim_build.expect_feature():
         assert abs(fraction - 0.3) <= 0.03, f"limit 0.3 alone used {fraction:.3f} of the GPU"
