@@ -58,8 +58,8 @@ if _sanitize:
 
 # GSLICE_TEST_CUT=gate|ledger_refusal with GSLICE_TEST_CUT_OUTPUT=/path/libgslice.so:
 # a build with one feature cut out (one #ifdef where the shim decides), for
-# the tests that must fail without it (tests/shim/shim_harness.py,
-# cut_shim). Written only to GSLICE_TEST_CUT_OUTPUT: never into the package.
+# the tests that must fail without it (tests/shim/shim_harness.py, fixture
+# shim_build). Written only to GSLICE_TEST_CUT_OUTPUT: never into the package.
 TEST_CUTS = {
     "gate": "GSLICE_TEST_CUT_GATE",                      # launches never wait for or take tokens
     "ledger_refusal": "GSLICE_TEST_CUT_LEDGER_REFUSAL",  # allocations over the quota go through
