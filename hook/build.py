@@ -57,6 +57,15 @@ if _sanitize:
     CFLAGS += [f"-fsanitize={_sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
     LDFLAGS += [f"-fsanitize={_sanitize}"]
 
+# GSLICE_TEST_CUT=gate|ledger_refusal with GSLICE_TEST_CUT_OUTPUT=/path/libgslice.so:
+# a build with one feature cut out (one #ifdef where the shim decides), for
+# the tests that must fail without it (tests/shim/shim_harness.py, fixture
+# shim_build). Written only to GSLICE_TEST_CUT_OUTPUT: never into the package.
+TEST_CUTS = {
+    "gate": "GSLICE_TEST_CUT_GATE",                      # launches never wait for or take tokens
+    "ledger_refusal": "GSLICE_TEST_CUT_LEDGER_REFUSAL",  # allocations over the quota go through
+}
+
 
 def _digest(*parts: bytes) -> str:
     h = hashlib.sha256()
@@ -110,16 +119,20 @@ def library_sources(nanopb_dir: Path) -> tuple[list[Path], list[Path]]:
     return ours, nghttp2
 
 
-def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str) -> Path:
+def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str,
+                  cut: str | None = None, cut_output: Path | None = None) -> Path:
+    """Builds libgslice.so into package_dir/lib; with `cut` (a TEST_CUTS
+    name), the test-only build with that feature cut out, to cut_output."""
     nanopb_dir = Path(nanopb_dir)
     include_dirs = [HOOK_DIR, INCLUDE_DIR, nanopb_dir, NGHTTP2_DIR / "includes", NANOPB_RUNTIME_DIR]
     headers = _headers_digest(include_dirs + [NGHTTP2_DIR])
     includes = [f"-I{d}" for d in include_dirs]
     ours, nghttp2 = library_sources(nanopb_dir)
     # The package's version (python/gslice/__init__.py) is the shim's too.
-    units = [(s, [*CFLAGS, f'-DGSLICE_VERSION="{version}"', *includes]) for s in ours]
+    cut_flags = [f"-D{TEST_CUTS[cut]}"] if cut else []
+    units = [(s, [*CFLAGS, f'-DGSLICE_VERSION="{version}"', *cut_flags, *includes]) for s in ours]
     units += [(s, [*CFLAGS, *NGHTTP2_CFLAGS, f"-I{NGHTTP2_DIR}", f"-I{NGHTTP2_DIR / 'includes'}"]) for s in nghttp2]
-    out_dir = Path(work_dir) / _digest(" ".join(cc).encode())[:12]
+    out_dir = Path(work_dir) / _digest(" ".join(cc + cut_flags).encode())[:12]
     objects = _compile_objects(cc, units, headers, out_dir / "obj")
 
     built = out_dir / "libgslice.so"
@@ -128,10 +141,10 @@ def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[
     if result.returncode != 0:
         raise RuntimeError(f"linking libgslice.so failed:\n{' '.join(cmd)}\n{result.stderr}")
 
-    lib_dir = Path(package_dir) / "lib"
+    target = Path(cut_output) if cut else Path(package_dir) / "lib" / "libgslice.so"
+    lib_dir = target.parent
     lib_dir.mkdir(parents=True, exist_ok=True)
-    target = lib_dir / "libgslice.so"
-    tmp = lib_dir / ".libgslice.so.tmp"
+    tmp = lib_dir / f".{target.name}.tmp"
     shutil.copyfile(built, tmp)
     os.replace(tmp, target)   # atomic: running processes keep the old inode
     return target
@@ -178,6 +191,14 @@ def build(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], ve
     """cc: the compiler command (tools/toolchain.py); shim_api: also build
     the tests' CPython module (not for the wheel)."""
     package_dir = Path(package_dir)
+    cut = os.environ.get("GSLICE_TEST_CUT", "")
+    if cut:
+        output = os.environ.get("GSLICE_TEST_CUT_OUTPUT", "")
+        if cut not in TEST_CUTS or not output or not shim_api:
+            raise SystemExit(f"GSLICE_TEST_CUT={cut!r} GSLICE_TEST_CUT_OUTPUT={output!r}: expected a cut in "
+                             f"{sorted(TEST_CUTS)} and an output path, in a tests' build (not a wheel's)")
+        build_library(package_dir, Path(nanopb_dir), Path(work_dir), cc, version, cut=cut, cut_output=Path(output))
+        return
     build_library(package_dir, Path(nanopb_dir), Path(work_dir), cc, version)
     if shim_api:
         build_shim_api(package_dir, Path(work_dir))

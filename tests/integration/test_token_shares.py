@@ -60,4 +60,7 @@ def test_two_groups_get_their_requested_shares(tokend_factory, tmp_path):
           f"{whole_run['small']:.2f} s, large {whole_run['large']:.2f} s; busy {status.busy_fraction:.2f}")
     assert daemon_fraction == pytest.approx(0.3, abs=TOLERANCE)
     assert client_fraction == pytest.approx(0.3, abs=TOLERANCE)
-    assert status.busy_fraction > 0.5  # the token hardly idled while both wanted it
+    # The token hardly idled while both wanted it: the daemon charged (nearly)
+    # the whole window, and the clients held it for all but the handoffs.
+    assert status.busy_fraction >= 0.95
+    assert (held["small"] + held["large"]) / WINDOW >= 0.9

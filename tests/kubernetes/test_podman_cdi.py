@@ -100,7 +100,9 @@ def test_container_metered_through_cdi_across_tokend_restart(tmp_path, rootfs):
             if podman.poll() is not None:
                 raise AssertionError(f"container exited early ({podman.returncode}): {podman.communicate()}")
             status = _group_status(node, group)
-            return status.clients == 1 and status.tokens_granted > 0
+            # Charged for its launches: not tokens_granted, which a lease at
+            # start (a token at attach, before any launch) makes nonzero.
+            return status.clients == 1 and status.share > 0
         wait_for(metered, timeout=60, what="the container's process metered in the claim's group")
 
         node.tokend.restart()  # a new client.sock in the same (mounted) directory

@@ -3,11 +3,13 @@ GPU, with a real tokend. Everything a test starts (daemons, probe
 processes, simulated-GPU shared memory) is cleaned up by finalizers."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,56 @@ def _ensure_shim() -> Path:
 @pytest.fixture(scope="session")
 def shim_path() -> Path:
     return _ensure_shim()
+
+
+# Test-only builds with one feature cut out (hook/build.py TEST_CUTS): a
+# check named for the feature must fail on them. A test takes one with
+# @pytest.mark.parametrize("shim_build", ["normal", GATE_CUT], indirect=True)
+# and puts its feature check under `with shim_build.expect_feature():`.
+GATE_CUT = "gate"                      # launches never wait for or take tokens
+LEDGER_REFUSAL_CUT = "ledger_refusal"  # allocations over the quota go through
+
+
+def build_cut_shim(cut: str, out_dir: Path) -> Path:
+    """libgslice.so with `cut` cut out, built into out_dir (never into the package)."""
+    out = Path(out_dir) / f"cut-{cut}" / "libgslice.so"   # the name tests check a pointer's object by
+    env = {**os.environ, "GSLICE_TEST_CUT": cut, "GSLICE_TEST_CUT_OUTPUT": str(out)}
+    subprocess.run([sys.executable, str(ROOT / "tools" / "build_native.py"), "hook"], check=True, cwd=ROOT, env=env)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cut_shims(build_dir):
+    """cut_shims(name) -> the cut build's path; each is built once per run, on first use."""
+    built: dict[str, Path] = {}
+
+    def get(cut: str) -> Path:
+        if cut not in built:
+            built[cut] = build_cut_shim(cut, build_dir)
+        return built[cut]
+    return get
+
+
+@dataclass(frozen=True)
+class ShimBuild:
+    path: Path
+    cut: str | None   # None: the normal build
+
+    def expect_feature(self):
+        """Around a feature's check: the normal build must pass it; a cut
+        build must fail it (AssertionError), or the check cannot see the feature."""
+        if self.cut is None:
+            return contextlib.nullcontext()
+        return pytest.raises(AssertionError)
+
+
+@pytest.fixture
+def shim_build(request, shim_path, cut_shims) -> ShimBuild:
+    """The shim the runner preloads: the normal build, or a cut one by indirect parameter."""
+    cut = getattr(request, "param", "normal")
+    if cut == "normal":
+        return ShimBuild(shim_path, None)
+    return ShimBuild(cut_shims(cut), cut)
 
 
 @pytest.fixture(scope="session")
@@ -152,8 +204,8 @@ def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 30.0, co
 
 
 @pytest.fixture
-def runner(probe, shim_path, sim_lib_dir, sim_name):
-    r = ProbeRunner(probe, shim_path, sim_lib_dir, sim_name)
+def runner(probe, shim_build, sim_lib_dir, sim_name):
+    r = ProbeRunner(probe, shim_build.path, sim_lib_dir, sim_name)
     yield r
     r.close()
 
@@ -174,3 +226,23 @@ def group_env(tokend, name: str, secret: str, **extra) -> dict:
     env = {"GSLICE_SOCKET": str(tokend.client_socket), "GSLICE_GROUP": name, "GSLICE_GROUP_SECRET": secret}
     env.update(extra)
     return env
+
+
+def assert_charged_for(admin, group: str, gpu_seconds: float) -> None:
+    """Launches take tokens: the group's charge in tokend's window covers the
+    GPU time its launches used (a launch run outside a slice is charged to
+    nobody). Not tokens_granted: a lease at start grants a token at attach,
+    before any launch, and a lease accrues nothing until a launch uses it."""
+    status = admin.status()
+    charged = status.group(group).share * status.window_seconds
+    assert charged >= 0.95 * gpu_seconds, (
+        f"group {group} was charged {charged:.4f} s for {gpu_seconds:.4f} s of GPU time "
+        f"(expected at least 95% of it)")
+
+
+def sim_busy_seconds(sim_name: str, label: str) -> float:
+    """GPU time the simulated engine ran for processes labelled `label` (GSLICE_GROUP)."""
+    import gslice.simgpu as simgpu
+
+    with simgpu.SimGpu(sim_name) as sim:
+        return sim.busy_ns_by_label().get(label, 0) / 1e9

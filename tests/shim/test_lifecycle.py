@@ -8,8 +8,9 @@ import select
 import signal
 import time
 
+import pytest
 
-from shim_harness import group_env, parse_kv, wait_for_line
+from shim_harness import GATE_CUT, assert_charged_for, group_env, parse_kv, sim_busy_seconds, wait_for_line
 
 MiB = 1 << 20
 
@@ -53,14 +54,18 @@ def test_kill_9_of_the_holder_frees_token_and_memory(runner, tokend):
     assert admin.status().group("a").memory_used == 0
 
 
-def test_forked_child_is_metered_as_its_own_client(runner, tokend):
+@pytest.mark.parametrize("shim_build", ["normal", GATE_CUT], indirect=True)
+def test_forked_child_is_metered_as_its_own_client(runner, tokend, shim_build):
     created = tokend.admin().create_group("g", request=0.5, memory="1GiB")
-    rc, out, err = runner.run("fork", 200, 20000, GSLICE_LOG_LEVEL="info",
+    launches, kernel_ns = 200, 20000
+    rc, out, err = runner.run("fork", launches, kernel_ns, GSLICE_LOG_LEVEL="info",
                               **group_env(tokend, "g", created.secret))
     assert rc == 0, err
     assert out["child_status"] == "0", err
     pids = set(re.findall(r"gslice\[(\d+)\]: info: attached to tokend", err))
     assert len(pids) == 2, err   # parent and child each attached once
+    with shim_build.expect_feature():
+        assert_charged_for(tokend.admin(), "g", launches * kernel_ns / 1e9)   # the child's launches
 
 
 def test_daemon_restart_mid_run_does_not_break_the_app(runner, tokend):
@@ -70,14 +75,22 @@ def test_daemon_restart_mid_run_does_not_break_the_app(runner, tokend):
     wait_for_line(p, "ready=", timeout=30)
     time.sleep(1.5)
     tokend.restart()
+    admin = tokend.admin()
+    deadline = time.monotonic() + 30
+    while admin.status().group("g").clients != 1 and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # GPU time from the re-attach on (the new daemon grants every slice of it).
+    busy_from = sim_busy_seconds(runner.base_env["GSLICE_SIM_NAME"], "g")
     kv = parse_kv(wait_for_line(p, "launched=", timeout=60, collect=True))
     p.wait(timeout=30)
     err = p.stderr.read()
     assert p.returncode == 0, err
     assert int(kv["launched"]) > 0
     assert "re-attached to tokend" in err
-    # Metering resumed against the new daemon.
-    assert tokend.admin().status().group("g").tokens_granted > 0
+    busy = sim_busy_seconds(runner.base_env["GSLICE_SIM_NAME"], "g") - busy_from
+    assert busy > 0, "the loop ran nothing after the re-attach"
+    # Metering resumed against the new daemon: it charged the group for that work.
+    assert_charged_for(admin, "g", busy)
 
 
 def test_unreachable_daemon_with_wait_blocks_launches_until_it_appears(runner, tokend, tmp_path):
