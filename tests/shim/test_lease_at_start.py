@@ -53,6 +53,15 @@ def test_a_process_that_finds_the_token_held_gets_no_lease(runner, tokend):
     late = admin.create_group("late", request=0.5, limit=1.0, memory="1GiB")
     holder = runner.start("loop", "driver", 3.0, 2 * MS, 0, **group_env(tokend, "busy", busy.secret))
     wait_for_line(holder, "ready=1")
+    # "ready" comes before the loop's first launch: wait until the busy group
+    # really holds the token, or the late process may find it free.
+    def busy_holds() -> bool:
+        return any(c.holding and c.group == "busy" for c in admin.status().clients)
+
+    deadline = time.monotonic() + 10
+    while not busy_holds() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert busy_holds(), admin.status()
     out = _bursts(runner, tokend, "late", late.secret)
     holder.wait(timeout=30)
     _asked_as_usual(out)
