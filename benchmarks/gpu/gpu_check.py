@@ -209,7 +209,8 @@ def highlights(name: str, res: dict) -> list[str]:
                 if key in res:
                     r = res[key]
                     k = r["kernel_ms"]
-                    out.append(f"{key}: fraction {_fmt(r['fraction_of_bare'], 4)}, per second "
+                    out.append(f"{key}: GPU time {_fmt(r.get('gpu_time_fraction'), 4)} (the target), "
+                               f"work {_fmt(r['fraction_of_bare'], 4)} of bare, per second "
                                f"{[round(x, 3) for x in r['fraction_per_second']]}, tokend share "
                                f"{_fmt(r.get('tokend_share_last'))}, shim used/wall {_fmt(r.get('shim_used_fraction_of_wall'))}, "
                                f"kernel p50 ms bare {_fmt(k['bare_before'].get('p50'))} capped {_fmt(k['capped'].get('p50'))}, "

@@ -115,22 +115,29 @@ def test_torch_allocators_are_held_to_the_quota(tmp_path, conf):
     assert charged >= nvml, "the process uses device memory (context included) its group is not charged for"
 
 
-def test_a_30_percent_limit_gives_30_percent_of_bare_throughput(tmp_path):
+def test_a_30_percent_limit_gives_30_percent_of_the_gpu_time(tmp_path):
+    """A cap limits GPU time. The time is measured by the workload itself
+    (CUDA events around sampled iterations), not by gslice. Work done is
+    printed beside it: at 30% duty an H100 runs its SM clock ~1.35x faster
+    than saturated (1935 against 1440 MHz, benchmarks/results/gpu), so 30% of
+    the time does ~33% of the saturated work (docs/operations.md)."""
     with SharingExperiment(tmp_path / "exp", gpu="real") as exp:
         exp.add_group("cap", request="30%", limit="30%", memory="4GiB")
         bare = served(exp, "cap", "torch", "bare", tmp_path, shim=False)
         shim = served(exp, "cap", "torch", "shim", tmp_path)
-        run = dict(unit="mm4096h", seconds=3.0, sync_every=4)
+        run = dict(unit="mm4096h", seconds=3.0, sync_every=4, probe_every=10)
         before = bare_or_skip(bare, "the 4096 fp16 matmul loop", "throughput", **run)
         ready(shim)
         capped = shim.call("throughput", 120, **{**run, "seconds": 10.0})
         after = bare.call("throughput", 120, **run)
     rate = lambda r: r["iterations"] / r["seconds"]  # noqa: E731
     bare_rate = (rate(before) + rate(after)) / 2
-    ratio = rate(capped) / bare_rate
-    print(f"gpu-result: torch 4096 fp16 matmul under a 30% limit: {ratio:.3f} of bare ({rate(capped):.0f} vs "
-          f"{bare_rate:.0f} it/s; bare after/before {rate(after) / rate(before):.3f})")
-    assert ratio == pytest.approx(0.30, abs=0.03)
+    gpu_time = capped["iterations"] * capped["kernel_ms"]["p50"] / 1e3 / capped["seconds"]
+    print(f"gpu-result: torch 4096 fp16 matmul under a 30% limit: GPU time {gpu_time:.3f} (kernel p50 "
+          f"{capped['kernel_ms']['p50']:.3f} ms capped, {before['kernel_ms']['p50']:.3f} ms bare); work "
+          f"{rate(capped) / bare_rate:.3f} of bare ({rate(capped):.0f} vs {bare_rate:.0f} it/s; bare after/before "
+          f"{rate(after) / rate(before):.3f})")
+    assert gpu_time == pytest.approx(0.30, abs=0.03)
 
 
 def test_groups_at_30_and_70_do_30_and_70_percent_of_the_work(tmp_path):
