@@ -9,7 +9,7 @@ import time
 
 from gslice.experiment import SharingExperiment, busy_fraction_between
 
-from results_io import Result
+from results_io import Result, at_least, at_most
 
 BURSTS = ["bursts", "--kernel-us", "500", "--burst", "8", "--think-ms", "20"]
 # The neighbours' kernels: the `spin` workload's default (what a new user
@@ -98,10 +98,10 @@ def priority(seconds: float = 10.0) -> Result:
     for low_kernel_us in LOW_KERNELS_US:
         shared = _run(seconds, low_kernel_us)
         tag = f"beside_{low_kernel_us // 1000}ms"
-        result.add(f"{tag}/throughput_vs_solo", shared["bursts_per_s"] / solo["bursts_per_s"] * 100, "%", ">= 97")
+        result.add(f"{tag}/throughput_vs_solo", shared["bursts_per_s"] / solo["bursts_per_s"] * 100, "%", at_least(97))
         result.add(f"{tag}/throughput_bound_fifo", fifo_throughput_bound(solo, low_kernel_us), "%")
         if shared["token_wait_p99_ms"] is not None:
-            result.add(f"{tag}/token_wait_p99", shared["token_wait_p99_ms"], "ms", "<= 2")
+            result.add(f"{tag}/token_wait_p99", shared["token_wait_p99_ms"], "ms", at_most(2))
         result.add(f"{tag}/burst_latency_p99", shared["latency_ms_p99"], "ms")
         result.add(f"{tag}/neighbours_gpu", shared["neighbours_gpu"] * 100, "%")
         result.add(f"{tag}/gpu_busy", shared["gpu_busy"] * 100, "%")

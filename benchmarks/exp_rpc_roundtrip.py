@@ -9,7 +9,7 @@ import subprocess
 from gslice.experiment import SharingExperiment
 
 import native_build
-from results_io import Result
+from results_io import Result, at_most
 
 
 def rpc_roundtrip(calls: int = 3000) -> Result:
@@ -23,7 +23,7 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
     pairs = {"acquire_release", "reserve_release_memory"}  # the figures with targets
     for name, stats in series.items():
         pair = name in pairs
-        result.add(f"{name}/p50", stats["p50_us"], "us", "<= 300" if pair else "")
-        result.add(f"{name}/p99", stats["p99_us"], "us", "<= 1000" if pair else "")
+        result.add(f"{name}/p50", stats["p50_us"], "us", at_most(300) if pair else None)
+        result.add(f"{name}/p99", stats["p99_us"], "us", at_most(1000) if pair else None)
     result.details = series
     return result

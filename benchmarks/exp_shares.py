@@ -11,7 +11,7 @@ import time
 
 from gslice.experiment import SharingExperiment, busy_fraction_between, shares_between
 
-from results_io import Result
+from results_io import Result, at_least, at_most, within
 
 SPLITS = {
     "30-70": [0.30, 0.70],
@@ -56,7 +56,7 @@ def share_accuracy(seconds: float = 10.0, warmup: float = 1.5, shapes=None, spli
             run = run_split(requests, shape_args, seconds, warmup)
             errors = {g: abs(run["shares"][g] - r) * 100 for g, r in run["groups"].items()}
             result.add(f"{split_name}/{shape_name}/max_error_points", max(errors.values()), "points",
-                       f"<= {TARGET_POINTS[split_name]}")
+                       at_most(TARGET_POINTS[split_name]))
             result.details[f"{split_name}/{shape_name}"] = {
                 "requests": run["groups"], "achieved": run["shares"], "error_points": errors,
                 "busy_fraction": run["busy_fraction"]}
@@ -68,11 +68,11 @@ def share_accuracy(seconds: float = 10.0, warmup: float = 1.5, shapes=None, spli
 def work_conservation(seconds: float = 10.0, warmup: float = 1.5) -> Result:
     result = Result("work_conservation", device="simulated GPU")
     four = run_split(SPLITS["10-20-30-40"], SHAPES["long-5ms"], seconds, warmup)
-    result.add("four_groups/busy_fraction", four["busy_fraction"] * 100, "%", ">= 97")
+    result.add("four_groups/busy_fraction", four["busy_fraction"] * 100, "%", at_least(97))
     alone = run_split([0.30], SHAPES["long-5ms"], seconds, warmup)
-    result.add("alone_request30_limit100/busy_fraction", alone["busy_fraction"] * 100, "%", ">= 97")
+    result.add("alone_request30_limit100/busy_fraction", alone["busy_fraction"] * 100, "%", at_least(97))
     capped = run_split([0.30], SHAPES["long-5ms"], seconds, warmup, limits=[0.30])
     # The cap is over tokend's window; over `seconds` it may exceed 30% by about one quantum.
-    result.add("alone_limit30/busy_fraction", capped["busy_fraction"] * 100, "%", "<= 31.5")
+    result.add("alone_limit30/busy_fraction", capped["busy_fraction"] * 100, "%", within(30, 1.5))
     result.details = {"four_groups": four["shares"], "alone": alone["shares"], "capped": capped["shares"]}
     return result

@@ -21,7 +21,7 @@ import time
 from gslice.experiment import SharingExperiment, busy_fraction_between, shares_between
 
 from handoff_gaps import HandoffWatch, add_metrics as add_handoff_metrics
-from results_io import Result
+from results_io import Result, at_least, at_most, within
 
 
 def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float, warmup: float,
@@ -57,12 +57,12 @@ def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 
     mixed = _run([("a-1s", 0.3, 1.0, [long]),
                   ("b-1ms", 0.7, 1.0, [["--kernel-us", "1000"]])], seconds, warmup)
     error = max(abs(mixed["shares"]["a-1s"] - 0.3), abs(mixed["shares"]["b-1ms"] - 0.7)) * 100
-    result.add("30-70_1s_vs_1ms/max_error_points", error, "points", "<= 3")
+    result.add("30-70_1s_vs_1ms/max_error_points", error, "points", at_most(3))
     result.details["30-70_1s_vs_1ms"] = {k: mixed[k] for k in ("shares", "busy_fraction")}
     capped = _run([("capped", 0.3, 0.3, [long])], seconds, warmup)
-    result.add("limit30_alone_1s_kernels/busy", capped["busy_fraction"] * 100, "%", "<= 31.5")
+    result.add("limit30_alone_1s_kernels/busy", capped["busy_fraction"] * 100, "%", within(30, 1.5))
     graph = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000", "--graph-kernels", "50"]])], seconds, warmup)
-    result.add("limit30_alone_50ms_graphs/busy", graph["busy_fraction"] * 100, "%", "<= 31.5")
+    result.add("limit30_alone_50ms_graphs/busy", graph["busy_fraction"] * 100, "%", within(30, 1.5))
     result.details.update({"limit30_alone_1s_kernels": capped["busy_fraction"],
                            "limit30_alone_50ms_graphs": graph["busy_fraction"], "long_kernel_us": long_kernel_us})
     return result
@@ -90,10 +90,10 @@ def smooth_cap(seconds: float = 25.0, warmup: float = 1.0) -> Result:
         j = min(i + 100, len(samples) - 1)
         used = samples[j].busy_ns["capped"] - samples[i].busy_ns["capped"]
         timeline.append({"t": samples[j].at - samples[0].at, "shares": {"capped": used / ((samples[j].at - samples[i].at) * 1e9)}})
-    result.add("limit30_1ms/min_1s_window", min(windows) * 100, "%", ">= 27")
-    result.add("limit30_1ms/max_1s_window", max(windows) * 100, "%", "<= 33")
+    result.add("limit30_1ms/min_1s_window", min(windows) * 100, "%", within(30, 3))
+    result.add("limit30_1ms/max_1s_window", max(windows) * 100, "%", within(30, 3))
     result.add("limit30_1ms/overall", run["busy_fraction"] * 100, "%")
-    result.add("limit30_1ms/longest_gap", longest * 1e3, "ms", "<= 100")
+    result.add("limit30_1ms/longest_gap", longest * 1e3, "ms", at_most(100))
     result.details = {"timeline": timeline, "windows": len(windows), "sample_every_s": 0.01}
     return result
 
@@ -102,22 +102,22 @@ def busy(seconds: float = 10.0, warmup: float = 1.5) -> Result:
     result = Result("busy", device="simulated GPU")
     two_by_four = _run([("g1", 0.5, 1.0, [["--kernel-us", "500"]] * 4),
                         ("g2", 0.5, 1.0, [["--kernel-us", "500"]] * 4)], seconds, warmup)
-    result.add("two_groups_of_four/busy", two_by_four["busy_fraction"] * 100, "%", ">= 97")
+    result.add("two_groups_of_four/busy", two_by_four["busy_fraction"] * 100, "%", at_least(97))
     add_handoff_metrics(result, "two_groups_of_four", two_by_four["handoffs"])
     four = _run([(f"g{i}", r, 1.0, [["--kernel-us", "500", "--streams", "4"]])
                  for i, r in enumerate([0.1, 0.2, 0.3, 0.4])], seconds, warmup)
-    result.add("four_groups_4_streams/busy", four["busy_fraction"] * 100, "%", ">= 97")
+    result.add("four_groups_4_streams/busy", four["busy_fraction"] * 100, "%", at_least(97))
     add_handoff_metrics(result, "four_groups_4_streams", four["handoffs"])
     pair = _run([("a", 0.3, 1.0, [["--kernel-us", "1000"]]), ("b", 0.7, 1.0, [["--kernel-us", "1000"]])],
                 seconds, warmup)
-    result.add("30-70_1ms/busy", pair["busy_fraction"] * 100, "%", ">= 97")
+    result.add("30-70_1ms/busy", pair["busy_fraction"] * 100, "%", at_least(97))
     error = max(abs(pair["shares"]["a"] - 0.3), abs(pair["shares"]["b"] - 0.7)) * 100
-    result.add("30-70_1ms/max_error_points", error, "points", "<= 2")
+    result.add("30-70_1ms/max_error_points", error, "points", at_most(2))
     add_handoff_metrics(result, "30-70_1ms", pair["handoffs"])
     # The older estimate: GPU idle time / tokens granted to the two groups in turn.
     handoffs = max(1, sum(pair["tokens_granted"].values()))
     result.add("30-70_1ms/mean_idle_per_grant", (1 - pair["busy_fraction"]) * seconds / handoffs * 1e6, "us",
-               "<= 300")
+               at_most(300))
     result.details = {name: {k: run[k] for k in ("shares", "busy_fraction", "tokens_granted", "handoffs")}
                       for name, run in (("two_by_four", two_by_four), ("four_4_streams", four), ("30-70_1ms", pair))}
     return result

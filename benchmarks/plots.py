@@ -8,6 +8,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from results_io import Target  # noqa: E402
+
 
 def share_accuracy(result: dict, out_dir: Path) -> list[str]:
     runs = {k: v for k, v in result["details"].items() if k != "timeline"}
@@ -56,7 +58,7 @@ def metrics_bar(result: dict, out_dir: Path) -> list[str]:
     colors = ["tab:green" if m["met"] else ("tab:red" if m["met"] is False else "tab:gray") for m in metrics]
     ax.barh(names, [m["value"] for m in metrics], color=colors)
     for i, m in enumerate(metrics):
-        ax.text(m["value"], i, f" {m['value']:.4g} {m['target']}", va="center", fontsize=7)
+        ax.text(m["value"], i, f" {m['value']:.4g} {Target.from_json(m['target']) or ''}", va="center", fontsize=7)
     ax.set_title(f"{result['experiment']} ({result['device']}): green met, red missed, grey no target")
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()

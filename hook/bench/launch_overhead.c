@@ -10,7 +10,10 @@
  * cost remains.
  *
  *   launch_overhead [BATCHES [BATCH]]    default 200 batches of 20000
- * Prints key=value lines: min_ns, median_ns, launches. */
+ * Prints key=value lines: min_ns, median_ns, launches. Every launch's
+ * result is checked, timed ones too (one compare, bare and shim alike): a
+ * refused launch ends the run with its error and exit status 1, so that no
+ * figure comes from launches that did nothing. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +68,14 @@ int main(int argc, char **argv)
     double *per_launch = malloc(sizeof(double) * (size_t)batches);
     for (int b = 0; b < batches; b++) {
         uint64_t t0 = now_ns();
-        for (int i = 0; i < batch; i++)
-            cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        for (int i = 0; i < batch; i++) {
+            CUresult rc = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (__builtin_expect(rc != CUDA_SUCCESS, 0)) {
+                fprintf(stderr, "cuLaunchKernel failed with %d at launch %d of batch %d (of %d x %d): "
+                        "expected CUDA_SUCCESS (0)\n", rc, i, b, batches, batch);
+                return 1;
+            }
+        }
         uint64_t t1 = now_ns();
         per_launch[b] = (double)(t1 - t0) / batch;
         CHECK(cuCtxSynchronize());   /* outside the timing: keep the queue short */

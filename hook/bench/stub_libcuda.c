@@ -1,9 +1,13 @@
 /* stub_libcuda: a libcuda.so.1 whose launches return at once, so
  * launch_overhead measures only what the shim adds. Just the calls
  * launch_overhead and libgslice.so make; contexts, events and modules are
- * dummies. Build: gcc -shared -fPIC -O2 -I../../include stub_libcuda.c -o libcuda.so.1 */
+ * dummies. Build: gcc -shared -fPIC -O2 -I../../include stub_libcuda.c -o libcuda.so.1
+ * GSLICE_STUB_FAIL_LAUNCH=N makes launch number N (from 1) and every later
+ * one return CUDA_ERROR_LAUNCH_FAILED: the test that launch_overhead checks
+ * each launch's result. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gslice_cuda_abi.h"
@@ -13,6 +17,13 @@
 static struct CUctx_st *current;
 static char dummy_ctx, dummy_event;
 static volatile unsigned long launches;
+static unsigned long fail_from;   /* 0: never */
+
+__attribute__((constructor)) static void read_fail_setting(void)
+{
+    const char *at = getenv("GSLICE_STUB_FAIL_LAUNCH");
+    fail_from = at ? strtoul(at, NULL, 10) : 0;
+}
 
 EXPORT CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
 EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
@@ -36,7 +47,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
 {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)p; (void)e;
     launches++;
-    return 0;
+    return fail_from && launches >= fail_from ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags) { (void)flags; *ev = (CUevent)&dummy_event; return 0; }
 EXPORT CUresult cuEventRecord(CUevent ev, CUstream s) { (void)ev; (void)s; return 0; }
