@@ -69,14 +69,18 @@ over the window as it will be when the item ends, since charges leave the
 window while it runs, so three 1 s kernels fit a 30% cap's 3 s; else its
 whole adapted quantum, which keeps it from being fed a stream of tiny
 slices). A window may so hold up to quantum_min more than the cap. Smooth
-cap (``cap_period`` > 0, a GCRA with tolerance quantum_min): every charge
-of ``a`` seconds moves the group's ``pace_until`` to ``max(pace_until,
-start - quantum_min) + a / limit``, and it is not served before then (a
-grant made late by a timer or a message is made up on the next pause,
-not lost); its slices are ``cap_period*limit/(1-limit)`` long (at least
-quantum_min, at least its work item), so a group at its limit pauses
-about cap_period between slices, and over any interval T it gets at most
-``limit*(T + quantum_min)`` plus one slice. A capped group waits even if the
+cap (``cap_period`` > 0, a GCRA whose tolerance is how late the group was
+served): every charge of ``a`` seconds moves the group's ``pace_until`` to
+``max(pace_until, start - credit) + a / limit``, and it is not served
+before then. ``credit`` is how long after it could have been served (its
+pause over, a client waiting) its slice was granted, at least quantum_min,
+at most the window, kept while a busy group catches up: a grant made late
+by a timer, a message or another group's slice or long kernel is made up
+on back-to-back slices after, not lost (a 30% cap with 1 ms kernels got 2%
+beside 1 s kernels). Its slices are ``cap_period*limit/(1-limit)`` long
+(at least quantum_min, at least its work item), so a group at its limit
+pauses about cap_period between slices, and over any interval T it gets at
+most ``limit*(T + credit)`` plus one slice; the window caps every 10 s. A capped group waits even if the
 GPU idles (limit is a cap); it never keeps a lease and is never renewed
 (its pause must happen). Otherwise the core is work-conserving: every
 event that frees the token grants it at once if anyone eligible waits.
@@ -90,7 +94,8 @@ way toward twice what the slice really used (0.5 x 2 x used + 0.5 x
 previous: Gemini's rule, with headroom so a burst fits in one slice); a release that used at least 90% of the granted quantum
 doubles it; other releases (preempted, synchronised early) keep it. Always
 clamped to ``[quantum_min, quantum_max]``, and a grant never exceeds the
-group's room. While other groups are active, a grant is also cut to the
+group's room, except to cover the work item it was admitted for (its item
+plus quantum_min). While other groups are active, a grant is also cut to the
 group's *fair slice* (stride scheduling): ``quantum_max`` x its request /
 the largest active request, minus the time it is ahead of the pace of the
 furthest-behind active group. With one busy client per group the token
@@ -360,7 +365,7 @@ class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
         "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
-        "fair_pace_until", "idle_since", "arrivals",
+        "fair_pace_until", "idle_since", "arrivals", "waiting_since", "pace_credit",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -379,6 +384,11 @@ class _Group:
         # Debt spacing: a charge of `a` beside contending groups moves this
         # to max(it, start) + a / (its fraction of the contending requests).
         self.fair_pace_until = -math.inf
+        # When its oldest waiter started waiting (inf: none waits), and the
+        # smooth cap's tolerance for its current slice: how late it was
+        # served after it could have been (see _hold).
+        self.waiting_since = math.inf
+        self.pace_credit = 0.0
         # Anticipation: when its last client went idle (None: busy, or it
         # never did), and its latest arrivals after such idle gaps.
         self.idle_since: float | None = None
@@ -585,6 +595,8 @@ class Scheduler:
         group = client.group
         if not group.waiters and not (self._holding is not None and self._holding.client.group is group):
             self._note_arrival(group, now)
+        if not group.waiters:
+            group.waiting_since = now
         if client_id not in group.waiters:
             self._wait_sequence += 1
             group.waiters[client_id] = self._wait_sequence
@@ -621,6 +633,7 @@ class Scheduler:
         group = client.group
         if group.waiters.pop(client.client_id, None) is not None and not group.waiters:
             del self._waiting_groups[group]
+            group.waiting_since = math.inf
 
     @staticmethod
     def _check_used(used) -> float:
@@ -761,11 +774,12 @@ class Scheduler:
             # wall time, so the group is next served after a pause of
             # amount * (1 - limit) / limit. Over any interval its usage is
             # then at most limit x interval + one slice.
-            # Tolerance quantum_min: a grant made late (a timer, message
-            # transit) is made up on the next pause instead of lost for good
-            # (each lost ms at a 21 ms slice costs a 30% cap 0.4 points).
+            # Tolerance pace_credit (see _hold): a grant made late (a timer,
+            # message transit, another group's long kernel) is made up on the
+            # next pauses instead of lost for good (each lost ms at a 21 ms
+            # slice costs a 30% cap 0.4 points).
             begin = end - amount
-            group.pace_until = max(group.pace_until, begin - self.config.quantum_min) + amount / group.limit
+            group.pace_until = max(group.pace_until, begin - group.pace_credit) + amount / group.limit
         # Debt spacing (see _in_debt): the same pacing at the group's fair
         # fraction of the groups contending now.
         requests = group.request_usage + sum(other.request_usage for other in self._groups.values()
@@ -1046,6 +1060,8 @@ class Scheduler:
         if not group.waiters:
             del self._waiting_groups[group]
         holding = self._hold(self._clients[client_id], usage, now)
+        # Its other waiters wait behind its own slice from now on.
+        group.waiting_since = now if group.waiters else math.inf
         out.append(Grant(client_id, holding.token_id, holding.quantum))
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
@@ -1053,6 +1069,20 @@ class Scheduler:
     def _hold(self, client: _Client, usage: float, now: float) -> _Holding:
         """`client` holds a new token from `now` (its group's `usage` sizes the quantum)."""
         group = client.group
+        if group.capped:
+            # Smooth cap's tolerance: how late the group is served after its
+            # pause ended while it waited (quantum_min at least: a timer, a
+            # message). Another group's kernel that cannot be cut (1 s) may
+            # hold the GPU meanwhile; the tolerance lets the group catch up
+            # on back-to-back slices afterwards instead of losing that time
+            # (a 30% cap with 1 ms kernels beside 1 s kernels got 2%). The
+            # window still caps it over any 10 s.
+            # A busy group (asked again within quantum_min of its release)
+            # that is still catching up keeps its credit: its pace_until lags.
+            late = now - max(group.pace_until, group.waiting_since)
+            busy = group.waiting_since <= group.last_release + self.config.quantum_min
+            kept = group.pace_credit if busy and group.pace_until < now else 0.0
+            group.pace_credit = min(self._window, max(self.config.quantum_min, late, kept))
         token_id = self._next_token
         self._next_token += 1
         self._holding = _Holding(client, token_id, now, self._grant_quantum(client, group, usage, now),
