@@ -2,11 +2,17 @@
 handoffs (issue 8), on the simulated GPU's engine time with the real shim
 and the real tokend.
 
-- long_work: 30/70 where group A launches 1 s kernels and B 1 ms kernels;
-  limit 30% alone with 1 s kernels and with 50 ms graphs (50 x 1 ms).
-- smooth_cap: limit 30% alone with 1 ms kernels: the group's share in every
-  1 s window, and the longest gap without any of its GPU work (sampled
-  every 10 ms), with a per-second timeline plot.
+- long_work: 30/70 where group A launches 1 s kernels and B 1 ms kernels,
+  with A uncapped and with A's request = limit = 30% (its guarantee beside
+  short kernels); limit 30% alone with 1 s kernels and with 50 ms graphs
+  (50 x 1 ms). Every share is two-sided (issue 24: within 1 point over the
+  run); each group's per-second shares are reported (no target: with 1 s
+  kernels the others' 1 s windows dip by design, docs/architecture.md).
+- smooth_cap: limit 30% alone with 1 ms kernels: the group's share over
+  the run (30 +- 1) and in every 1 s window (30 +- 3), and the longest gap
+  without any of its GPU work (sampled every 10 ms), with a per-second
+  timeline plot; and request = limit = 30% with 1 ms kernels beside a 70%
+  group with 1 s kernels (30 +- 1 over the run).
 - busy: GPU busy with two groups of four processes, and with four groups
   10/20/30/40 of one process with 4 streams each, and 30/70 with 1 ms
   kernels (the demo's setting); in each, the handoff gap (GPU idle between
@@ -51,24 +57,55 @@ def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float
             "handoffs": handoff_figures}
 
 
+def per_second_shares(samples: list, name: str) -> list[float]:
+    """The group's share of the GPU in each whole second from the first
+    sample on (consecutive 1 s windows, each from the first sample at or
+    after its start to the first at or after its end)."""
+    shares, start = [], 0
+    for i in range(1, len(samples)):
+        if samples[i].at - samples[start].at >= 1.0:
+            used = samples[i].busy_ns[name] - samples[start].busy_ns[name]
+            shares.append(used / ((samples[i].at - samples[start].at) * 1e9))
+            start = i
+    return shares
+
+
+def add_per_second(result: Result, label: str, run: dict, targets: dict | None = None) -> None:
+    """Each group's lowest and highest per-second share (targets: name ->
+    Target for both, where the 1 s goal applies: kernels of 10 ms or less)."""
+    for name in run["shares"]:
+        seconds = per_second_shares(run["samples"], name)
+        if not seconds:
+            continue
+        target = (targets or {}).get(name)
+        result.add(f"{label}/{name}/min_1s", min(seconds) * 100, "%", target)
+        result.add(f"{label}/{name}/max_1s", max(seconds) * 100, "%", target)
+        result.details.setdefault(label, {})[f"{name}_per_second"] = [round(x, 4) for x in seconds]
+
+
 def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 1_000_000) -> Result:
     result = Result("long_work", device="simulated GPU")
     long = ["--kernel-us", str(long_kernel_us)]
-    mixed = _run([("a-1s", 0.3, 1.0, [long]),
-                  ("b-1ms", 0.7, 1.0, [["--kernel-us", "1000"]])], seconds, warmup)
-    error = max(abs(mixed["shares"]["a-1s"] - 0.3), abs(mixed["shares"]["b-1ms"] - 0.7)) * 100
-    result.add("30-70_1s_vs_1ms/max_error_points", error, "points", at_most(3))
-    result.details["30-70_1s_vs_1ms"] = {k: mixed[k] for k in ("shares", "busy_fraction")}
+    short = ["--kernel-us", "1000"]
+    for label, limit_a in (("30-70_1s_vs_1ms", 1.0), ("30-70_capped_1s_vs_1ms", 0.3)):
+        # limit_a 0.3: request = limit, so the 1 s kernels' 30% is a
+        # guarantee and a cap at once (it got 14.8% on another simulator).
+        mixed = _run([("a-1s", 0.3, limit_a, [long]), ("b-1ms", 0.7, 1.0, [short])], seconds, warmup)
+        result.add(f"{label}/a-1s/share", mixed["shares"]["a-1s"] * 100, "%", within(30, 1))
+        result.add(f"{label}/b-1ms/share", mixed["shares"]["b-1ms"] * 100, "%", within(70, 1))
+        add_per_second(result, label, mixed)
+        result.details.setdefault(label, {}).update({k: mixed[k] for k in ("shares", "busy_fraction")})
     capped = _run([("capped", 0.3, 0.3, [long])], seconds, warmup)
-    result.add("limit30_alone_1s_kernels/busy", capped["busy_fraction"] * 100, "%", within(30, 1.5))
+    result.add("limit30_alone_1s_kernels/busy", capped["busy_fraction"] * 100, "%", within(30, 1))
     graph = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000", "--graph-kernels", "50"]])], seconds, warmup)
-    result.add("limit30_alone_50ms_graphs/busy", graph["busy_fraction"] * 100, "%", within(30, 1.5))
+    result.add("limit30_alone_50ms_graphs/busy", graph["busy_fraction"] * 100, "%", within(30, 1))
+    add_per_second(result, "limit30_alone_50ms_graphs", graph)
     result.details.update({"limit30_alone_1s_kernels": capped["busy_fraction"],
-                           "limit30_alone_50ms_graphs": graph["busy_fraction"], "long_kernel_us": long_kernel_us})
+                           "limit30_alone_50ms_graphs_busy": graph["busy_fraction"], "long_kernel_us": long_kernel_us})
     return result
 
 
-def smooth_cap(seconds: float = 25.0, warmup: float = 1.0) -> Result:
+def smooth_cap(seconds: float = 25.0, warmup: float = 1.0, long_kernel_us: int = 1_000_000) -> Result:
     result = Result("smooth_cap", device="simulated GPU")
     run = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000"]])], seconds, warmup, sample_every=0.01)
     samples = run["samples"]
@@ -92,9 +129,17 @@ def smooth_cap(seconds: float = 25.0, warmup: float = 1.0) -> Result:
         timeline.append({"t": samples[j].at - samples[0].at, "shares": {"capped": used / ((samples[j].at - samples[i].at) * 1e9)}})
     result.add("limit30_1ms/min_1s_window", min(windows) * 100, "%", within(30, 3))
     result.add("limit30_1ms/max_1s_window", max(windows) * 100, "%", within(30, 3))
-    result.add("limit30_1ms/overall", run["busy_fraction"] * 100, "%")
+    result.add("limit30_1ms/overall", run["busy_fraction"] * 100, "%", within(30, 1))
     result.add("limit30_1ms/longest_gap", longest * 1e3, "ms", at_most(100))
     result.details = {"timeline": timeline, "windows": len(windows), "sample_every_s": 0.01}
+    # The cap beside long kernels: request = limit = 30% with 1 ms kernels,
+    # beside 70% (limit 100%) with 1 s kernels (its 1 s windows dip while
+    # one runs: reported, no 1 s target).
+    beside = _run([("capped-1ms", 0.3, 0.3, [["--kernel-us", "1000"]]),
+                   ("b-1s", 0.7, 1.0, [["--kernel-us", str(long_kernel_us)]])], seconds, warmup)
+    result.add("limit30_1ms_beside_1s/capped-1ms/share", beside["shares"]["capped-1ms"] * 100, "%", within(30, 1))
+    result.add("limit30_1ms_beside_1s/b-1s/share", beside["shares"]["b-1s"] * 100, "%", within(70, 1))
+    add_per_second(result, "limit30_1ms_beside_1s", beside)
     return result
 
 

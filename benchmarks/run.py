@@ -93,7 +93,7 @@ EXPERIMENTS = {
     "busy": (lambda: exp_slices.busy(), lambda: exp_slices.busy(seconds=1.5, warmup=0.5)),
     "long_work": (lambda: exp_slices.long_work(),
                   lambda: exp_slices.long_work(seconds=2.0, warmup=0.5, long_kernel_us=100_000)),
-    "smooth_cap": (lambda: exp_slices.smooth_cap(), lambda: exp_slices.smooth_cap(seconds=2.0, warmup=0.3)),
+    "smooth_cap": (lambda: exp_slices.smooth_cap(), lambda: exp_slices.smooth_cap(seconds=2.0, warmup=0.3, long_kernel_us=100_000)),
     "latency": (lambda: exp_latency.latency(), lambda: exp_latency.latency(seconds=1.5, rounds=2)),
 }
 

@@ -790,7 +790,8 @@ class Coordinator:
                 clients=len(members), waiting=sum(1 for s in members if s.client_id in waiting_set), note=note,
                 memory_awaiting_driver=self.ledger.group_pending(spec.name),
                 tokens_granted=self.scheduler.tokens_granted.get(spec.name, 0),
-                preemptions=self.scheduler.preemptions.get(spec.name, 0)))
+                preemptions=self.scheduler.preemptions.get(spec.name, 0),
+                charged_seconds=self.scheduler.charged_seconds(spec.name, now)))
         reply.busy_fraction = min(1.0, busy)
         for session in sorted(self.sessions.values(), key=lambda s: s.attached_at):
             reply.clients.append(admin_pb2.ClientStatus(

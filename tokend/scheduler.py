@@ -15,8 +15,13 @@ Accounting. Each group keeps the intervals its clients were charged for; a
 group's *usage* is the charged time inside the sliding window
 ``(now - window, now]``, the current holder's time counting as it accrues
 (up to its deadline, past which an expiry charges no more); *share* =
-usage / window. A release charges ``max(now - grant, used)`` as
-the interval ending at ``now``; an expiry charges ``quantum + grace``, and
+usage / window. A release charges ``max(now - grant - transit_allowance,
+used)`` as the interval ending at ``now``: what the client measured (from
+its grant's arrival to its work's end), but never less than the time held
+less the two messages' transit, when the GPU ran none of its work (so a
+client under-reporting gains at most ``transit_allowance`` per slice, and
+a cap is not eaten by transit on a loaded machine); an expiry charges
+``quantum + grace``, and
 the late release that follows charges what the client measured beyond
 that (nothing is left uncharged, whatever the kernels' length).
 Intervals of one group never overlap: a charge reaching back before the
@@ -38,7 +43,7 @@ reported them) and that is ahead of the pace of a *contending* group (one that
 could use the GPU now: waiting and not at its limit, or one that released
 less than quantum_min ago, whose next request may be on the way: a busy
 client stalled for an idle check between two launches releases "idle")
-by more than its fair slice minus half its work item is in debt: it is
+by more than its fair slice plus half its work item is in debt: it is
 served only when no eligible waiter is out of debt and no such contending
 group is about to ask. Such a group is also in debt for a while after each
 charge of ``a`` seconds made beside contending groups: until
@@ -49,19 +54,33 @@ one every 3.3 s) instead of coming in clumps that echo every window (items
 leaving the window together make room for as many new ones at once).
 An overrun, a late release or a work item longer than a slice is so paid back before the group is served again, and a
 group with 1 s kernels beside one with 1 ms kernels keeps its share: its
-lead oscillates around zero instead of growing.
+lead oscillates around zero (half an item either way) instead of growing.
+(With "minus half its work item" a 1 s item needed its group 0.46 s behind
+the others' pace, and a guaranteed 30% settled at 26-29%.) Such an item is
+admitted whole on that credit and charged whole; the other groups' 1 s
+windows dip while it runs (they get nothing for up to a second) and their
+10 s windows hold (docs/architecture.md, "Kernels longer than a slice").
 
 Limit. A group with limit >= 1 is never capped. Otherwise it holds over two
 periods. Window: its *room* is ``limit*window - usage``; it is eligible
-only while room covers what its head-of-line client needs (quantum_min
-plus its work item with smooth caps on; else its whole adapted quantum,
-which keeps it from being fed a stream of tiny slices). Smooth cap
-(``cap_period`` > 0, a GCRA): every charge of ``a`` seconds moves the
-group's ``pace_until`` to ``max(pace_until, start) + a / limit``, and it is
-not served before then; its slices are ``cap_period*limit/(1-limit)``
-long (at least quantum_min, at least its work item), so a group at its
-limit pauses about cap_period between slices, and over any interval T it
-gets at most ``limit*T`` plus one slice. A capped group waits even if the
+only while room covers what its head-of-line client needs (with smooth
+caps on: its work item less quantum_min, at least quantum_min, judged
+over the window as it will be when the item ends, since charges leave the
+window while it runs, so three 1 s kernels fit a 30% cap's 3 s; else its
+whole adapted quantum, which keeps it from being fed a stream of tiny
+slices). A window may so hold up to quantum_min more than the cap. Smooth
+cap (``cap_period`` > 0, a GCRA whose tolerance is how late the group was
+served): every charge of ``a`` seconds moves the group's ``pace_until`` to
+``max(pace_until, start - credit) + a / limit``, and it is not served
+before then. ``credit`` is how long after it could have been served (its
+pause over, a client waiting) its slice was granted, at least quantum_min,
+at most the window, kept while a busy group catches up: a grant made late
+by a timer, a message or another group's slice or long kernel is made up
+on back-to-back slices after, not lost (a 30% cap with 1 ms kernels got 2%
+beside 1 s kernels). Its slices are ``cap_period*limit/(1-limit)`` long
+(at least quantum_min, at least its work item), so a group at its limit
+pauses about cap_period between slices, and over any interval T it gets at
+most ``limit*(T + credit)`` plus one slice; the window caps every 10 s. A capped group waits even if the
 GPU idles (limit is a cap); it never keeps a lease and is never renewed
 (its pause must happen). Otherwise the core is work-conserving: every
 event that frees the token grants it at once if anyone eligible waits.
@@ -75,7 +94,8 @@ way toward twice what the slice really used (0.5 x 2 x used + 0.5 x
 previous: Gemini's rule, with headroom so a burst fits in one slice); a release that used at least 90% of the granted quantum
 doubles it; other releases (preempted, synchronised early) keep it. Always
 clamped to ``[quantum_min, quantum_max]``, and a grant never exceeds the
-group's room. While other groups are active, a grant is also cut to the
+group's room, except to cover the work item it was admitted for (its item
+plus quantum_min). While other groups are active, a grant is also cut to the
 group's *fair slice* (stride scheduling): ``quantum_max`` x its request /
 the largest active request, minus the time it is ahead of the pace of the
 furthest-behind active group. With one busy client per group the token
@@ -264,9 +284,16 @@ class SchedulerConfig:
     # A starting client may take a free token as a lease (``lease_if_free``),
     # so its first launch needs no round trip. False: it always asks.
     lease_at_start: bool = True
+    # A released slice is charged what the client measured (its grant's
+    # arrival to the end of its work), but never less than the time held
+    # minus this: the grant's and the release's transit, during which the
+    # GPU ran none of its work (a 30% cap delivered 28.7% on a loaded
+    # machine when transit was charged). Also the most a client that
+    # under-reports gains per slice. 0: charge the whole time held.
+    transit_allowance: float = 0.001
 
     def validate(self) -> None:
-        for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period"):
+        for field_name in ("window", "quantum_min", "quantum_max", "grace", "cap_period", "transit_allowance"):
             value = getattr(self, field_name)
             if not _is_real(value) or not math.isfinite(value):
                 raise InvalidArgument(f"{field_name} {value!r} is invalid: expected a finite number of seconds")
@@ -283,6 +310,11 @@ class SchedulerConfig:
             )
         if self.grace < 0:
             raise InvalidArgument(f"grace {self.grace} s is invalid: expected >= 0")
+        if not 0 <= self.transit_allowance < self.quantum_min:
+            raise InvalidArgument(
+                f"transit_allowance {self.transit_allowance} s is invalid: expected 0 <= allowance "
+                f"< quantum_min ({self.quantum_min} s)"
+            )
         if not 0 <= self.cap_period <= self.window:
             raise InvalidArgument(
                 f"cap_period {self.cap_period} s is invalid: expected 0 (no smoothing) .. window ({self.window} s)"
@@ -333,7 +365,7 @@ class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
         "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
-        "fair_pace_until", "idle_since", "arrivals",
+        "fair_pace_until", "idle_since", "arrivals", "waiting_since", "pace_credit",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -352,6 +384,11 @@ class _Group:
         # Debt spacing: a charge of `a` beside contending groups moves this
         # to max(it, start) + a / (its fraction of the contending requests).
         self.fair_pace_until = -math.inf
+        # When its oldest waiter started waiting (inf: none waits), and the
+        # smooth cap's tolerance for its current slice: how late it was
+        # served after it could have been (see _hold).
+        self.waiting_since = math.inf
+        self.pace_credit = 0.0
         # Anticipation: when its last client went idle (None: busy, or it
         # never did), and its latest arrivals after such idle gaps.
         self.idle_since: float | None = None
@@ -396,8 +433,10 @@ class Scheduler:
     """Decides token grants, revocations and expiries for one GPU (see module docstring).
 
     Statistics: ``decisions`` (total decisions emitted), and per group
-    ``tokens_granted``, ``preemptions`` (Revokes sent to its holders) and
-    ``expiries`` (its tokens taken back); a group's entries go with it.
+    ``tokens_granted``, ``preemptions`` (Revokes sent to its holders),
+    ``expiries`` (its tokens taken back) and ``charged_total`` (seconds
+    charged since it was created; ``charged_seconds`` adds the holder's
+    slice so far); a group's entries go with it.
     """
 
     def __init__(self, config: SchedulerConfig = SchedulerConfig()) -> None:
@@ -421,6 +460,7 @@ class Scheduler:
         self.tokens_granted: dict[str, int] = {}
         self.preemptions: dict[str, int] = {}
         self.expiries: dict[str, int] = {}
+        self.charged_total: dict[str, float] = {}
 
     # ------------------------------------------------------------------ time
 
@@ -465,6 +505,7 @@ class Scheduler:
         self.tokens_granted[spec.name] = 0
         self.preemptions[spec.name] = 0
         self.expiries[spec.name] = 0
+        self.charged_total[spec.name] = 0.0
         return self._step(now, [])
 
     def update_group(self, spec: GroupSpec, now: float) -> list[Decision]:
@@ -484,7 +525,7 @@ class Scheduler:
         now = self._clock(now)
         del self._groups[name]
         self._waiting_groups.pop(group, None)
-        del self.tokens_granted[name], self.preemptions[name], self.expiries[name]
+        del self.tokens_granted[name], self.preemptions[name], self.expiries[name], self.charged_total[name]
         return self._step(now, [])
 
     def groups(self) -> list[GroupSpec]:
@@ -554,6 +595,8 @@ class Scheduler:
         group = client.group
         if not group.waiters and not (self._holding is not None and self._holding.client.group is group):
             self._note_arrival(group, now)
+        if not group.waiters:
+            group.waiting_since = now
         if client_id not in group.waiters:
             self._wait_sequence += 1
             group.waiters[client_id] = self._wait_sequence
@@ -590,6 +633,7 @@ class Scheduler:
         group = client.group
         if group.waiters.pop(client.client_id, None) is not None and not group.waiters:
             del self._waiting_groups[group]
+            group.waiting_since = math.inf
 
     @staticmethod
     def _check_used(used) -> float:
@@ -620,10 +664,13 @@ class Scheduler:
         return holding
 
     def _slice_charge(self, holding: _Holding, used: float, now: float) -> float:
-        """What a slice ending now is charged: the time held, or what the
-        client measured if longer (its work drained after the token); a
+        """What a slice ending now is charged: what the client measured,
+        but at least the time held less the transit allowance (the grant's
+        and the release's messages, when the GPU runs none of its work); a
         lease resumed by the client accrued nothing here: its measure."""
-        return used if holding.leased else max(now - holding.grant_time, used)
+        if holding.leased:
+            return used
+        return max(now - holding.grant_time - self.config.transit_allowance, used)
 
     def release(self, client_id: str, token_id: int, used: float, now: float, idle: bool = False,
                 keep_lease: bool = False) -> list[Decision]:
@@ -727,8 +774,12 @@ class Scheduler:
             # wall time, so the group is next served after a pause of
             # amount * (1 - limit) / limit. Over any interval its usage is
             # then at most limit x interval + one slice.
+            # Tolerance pace_credit (see _hold): a grant made late (a timer,
+            # message transit, another group's long kernel) is made up on the
+            # next pauses instead of lost for good (each lost ms at a 21 ms
+            # slice costs a 30% cap 0.4 points).
             begin = end - amount
-            group.pace_until = max(group.pace_until, begin) + amount / group.limit
+            group.pace_until = max(group.pace_until, begin - group.pace_credit) + amount / group.limit
         # Debt spacing (see _in_debt): the same pacing at the group's fair
         # fraction of the groups contending now.
         requests = group.request_usage + sum(other.request_usage for other in self._groups.values()
@@ -736,6 +787,7 @@ class Scheduler:
         if requests > group.request_usage:
             begin = end - amount
             group.fair_pace_until = max(group.fair_pace_until, begin) + amount * requests / group.request_usage
+        self.charged_total[group.name] += amount
         intervals = group.intervals
         start = end - amount
         point = 0.0
@@ -832,10 +884,15 @@ class Scheduler:
     def _threshold(self, group: _Group) -> float:
         """Room in the window a capped group needs before it is served: its
         head client's slice; with smooth caps (which space slices out
-        already) a minimal slice, or its work item."""
+        already) a minimal slice, or its work item less quantum_min. Items
+        that divide the cap exactly (three 1 s kernels in a 30% cap's 3 s)
+        are each charged a hair more than their length: asking room for the
+        whole item (or item + quantum_min) made the last one never fit, so a
+        30% cap with 1 s kernels got 20%. The smooth cap's pace spaces the
+        items; the window may so be exceeded by quantum_min at most."""
         head = self._clients[next(iter(group.waiters))]
         if self.config.cap_period > 0:
-            quantum = self.config.quantum_min + head.work_item
+            quantum = max(self.config.quantum_min, head.work_item - self.config.quantum_min)
         else:
             quantum = self._client_quantum(head)
         return quantum if quantum < group.cap else group.cap
@@ -846,7 +903,10 @@ class Scheduler:
         if fair is not None and fair < quantum:
             quantum = max(self.config.quantum_min, fair, client.work_item + self.config.quantum_min)
         if group.capped and group.cap - usage < quantum:
-            quantum = max(self.config.quantum_min, group.cap - usage)
+            # Never below its work item: a slice cut under the item it was
+            # admitted for would not start it (the shim's wrap-up).
+            quantum = max(self.config.quantum_min, group.cap - usage,
+                          min(quantum, client.work_item + self.config.quantum_min))
         return quantum
 
     def _capped_out(self, group: _Group, usage: float, now: float) -> bool:
@@ -854,8 +914,30 @@ class Scheduler:
         for, or inside its smooth-cap pause."""
         if not group.capped:
             return False
+        if now < group.pace_until - _TIME_EPSILON:
+            return True
         threshold = self._threshold(group) if group.waiters else self.config.quantum_min
-        return group.cap - usage < threshold - _TIME_EPSILON or now < group.pace_until - _TIME_EPSILON
+        if group.cap - usage >= threshold - _TIME_EPSILON:
+            return False
+        lookahead = self._room_lookahead(group)
+        if lookahead == 0.0:
+            return True
+        moment = self._time_usage_reaches(group, group.cap - threshold, now)
+        return moment is None or moment - lookahead > now + _TIME_EPSILON
+
+    def _room_lookahead(self, group: _Group) -> float:
+        """How far ahead a waiting capped group's window room is judged: its
+        head's work item, with smooth caps on (0 otherwise). The room that
+        matters for an item is the window's when the item ends: charges
+        leave the window while it runs. Judged now, a 30% cap's fourth 1 s
+        kernel had to wait until the first had left the window entirely
+        (every 11 s instead of every 10: 27%)."""
+        if not group.waiters or self.config.cap_period <= 0:
+            return 0.0
+        holding = self._holding
+        if holding is not None and holding.client.group is group and not holding.leased:
+            return 0.0  # still accruing: its release decides
+        return self._clients[next(iter(group.waiters))].work_item
 
     def _contending(self, group: _Group, now: float) -> bool:
         """Could `group` use the GPU now? Waiting and not capped out, or gave
@@ -888,7 +970,7 @@ class Scheduler:
         # (old items leave the window together, new ones replace them).
         if now < group.fair_pace_until - _TIME_EPSILON:
             return True
-        return fair - 0.5 * head.work_item < -_TIME_EPSILON
+        return fair + 0.5 * head.work_item < -_TIME_EPSILON
 
     @staticmethod
     def _order_key(group: _Group, usage: float) -> tuple[int, int, float]:
@@ -978,6 +1060,8 @@ class Scheduler:
         if not group.waiters:
             del self._waiting_groups[group]
         holding = self._hold(self._clients[client_id], usage, now)
+        # Its other waiters wait behind its own slice from now on.
+        group.waiting_since = now if group.waiters else math.inf
         out.append(Grant(client_id, holding.token_id, holding.quantum))
         if self._waiting_groups and self._preempting_priority(holding):
             self._maybe_revoke(now, holding, out)
@@ -985,6 +1069,20 @@ class Scheduler:
     def _hold(self, client: _Client, usage: float, now: float) -> _Holding:
         """`client` holds a new token from `now` (its group's `usage` sizes the quantum)."""
         group = client.group
+        if group.capped:
+            # Smooth cap's tolerance: how late the group is served after its
+            # pause ended while it waited (quantum_min at least: a timer, a
+            # message). Another group's kernel that cannot be cut (1 s) may
+            # hold the GPU meanwhile; the tolerance lets the group catch up
+            # on back-to-back slices afterwards instead of losing that time
+            # (a 30% cap with 1 ms kernels beside 1 s kernels got 2%). The
+            # window still caps it over any 10 s.
+            # A busy group (asked again within quantum_min of its release)
+            # that is still catching up keeps its credit: its pace_until lags.
+            late = now - max(group.pace_until, group.waiting_since)
+            busy = group.waiting_since <= group.last_release + self.config.quantum_min
+            kept = group.pace_credit if busy and group.pace_until < now else 0.0
+            group.pace_credit = min(self._window, max(self.config.quantum_min, late, kept))
         token_id = self._next_token
         self._next_token += 1
         self._holding = _Holding(client, token_id, now, self._grant_quantum(client, group, usage, now),
@@ -1117,7 +1215,7 @@ class Scheduler:
             if self._capped_out(group, self._usage(group, now), now):
                 room = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
                 if room is not None:
-                    times.append(max(room, group.pace_until))
+                    times.append(max(room - self._room_lookahead(group), group.pace_until, now))
             else:
                 in_debt = True
         if in_debt:
@@ -1144,6 +1242,8 @@ class Scheduler:
                 moment = group.pace_until
             elif group.capped and group.cap - usage < threshold - _TIME_EPSILON:
                 moment = self._time_usage_reaches(group, group.cap - threshold, now)
+                if moment is not None:
+                    moment = max(now, moment - self._room_lookahead(group))
             elif usage >= group.request_usage:
                 moment = self._time_usage_reaches(group, group.request_usage - 1e-9, now)
                 above_request = True
@@ -1282,6 +1382,17 @@ class Scheduler:
     def usage(self, group: str, now: float) -> float:
         target = self._group(group)
         return self._usage(target, self._clock(now))
+
+    def charged_seconds(self, group: str, now: float) -> float:
+        """GPU time charged to `group` since it was created, the holder's
+        slice so far included (up to its deadline, like usage)."""
+        target = self._group(group)
+        now = self._clock(now)
+        total = self.charged_total[target.name]
+        holding = self._holding
+        if holding is not None and holding.client.group is target and not holding.leased:
+            total += max(0.0, min(now, holding.deadline) - holding.grant_time)
+        return total
 
     def share(self, group: str, now: float) -> float:
         return self.usage(group, now) / self._window

@@ -88,6 +88,7 @@ class GroupStatus:
     preemptions: int
     flagged: bool = False
     memory_awaiting_driver: int = 0  # part of memory_used: departed processes' memory the driver has not freed
+    charged_seconds: float = 0.0  # GPU time charged since the group was created (s)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ class Status:
             waiting_client_ids=list(reply.waiting_client_ids),
             groups=[GroupStatus(Group.from_proto(g.group), g.share, g.memory_used, g.over_quota, g.clients,
                                 g.waiting, g.note, g.tokens_granted, g.preemptions, g.flagged,
-                                g.memory_awaiting_driver) for g in reply.groups],
+                                g.memory_awaiting_driver, g.charged_seconds) for g in reply.groups],
             clients=[ClientStatus(c.client_id, c.group, c.pid, c.process_name, c.holding, c.waiting, c.memory_used,
                                   c.attached_at) for c in reply.clients],
             busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions,

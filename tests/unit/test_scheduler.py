@@ -226,17 +226,26 @@ def test_release_hands_token_to_next_waiter_at_once(two_groups):
     assert s.release("a1", 1, 0.1, 0.1) == [Grant("b1", 2, 0.100)]
 
 
-def test_release_charges_max_of_elapsed_and_used(two_groups):
+def test_release_charges_what_was_used_but_at_least_the_time_held_less_transit(two_groups):
     s = two_groups
+    allowance = CONFIG.transit_allowance
+    assert allowance > 0
     s.request("a1", 0.0)
-    s.release("a1", 1, 0.02, 0.05)  # elapsed 0.05 > used
-    assert s.usage("a", 0.05) == pytest.approx(0.05)
+    s.release("a1", 1, 0.02, 0.05)  # used far less than held: held - transit allowance
+    assert s.usage("a", 0.05) == pytest.approx(0.05 - allowance)
+    s.request("a1", 0.5)
+    s.release("a1", 2, 0.0495, 0.55)  # used within the allowance of the time held: what it used
+    assert s.usage("a", 0.55) == pytest.approx(0.05 - allowance + 0.0495)
+    s.request("a1", 0.9)
+    s.release("a1", 3, 0.0, 0.95)
+    assert s.usage("a", 0.95) == pytest.approx(0.05 - allowance + 0.0495 + 0.05 - allowance)
+    before = s.usage("a", 1.0)
     s.request("a1", 1.0)
-    s.release("a1", 2, 0.25, 1.1)  # used 0.25 > elapsed 0.1: reaches back before the grant
-    assert s.usage("a", 1.1) == pytest.approx(0.30)
-    # The 0.25 charge ending at 1.1 leaves the window at 11.1 at the latest.
-    assert s.usage("a", 10.1) == pytest.approx(0.25, abs=1e-9)
-    assert s.usage("a", 11.1) == pytest.approx(0.0, abs=1e-9)
+    s.release("a1", 4, 0.25, 1.1)  # used 0.25 > elapsed 0.1: reaches back before the grant
+    assert s.usage("a", 1.1) == pytest.approx(before + 0.25)
+    # The 0.25 charge ending at 1.1 leaves the window at 11.1 at the latest (the first slice is out by 10.1).
+    assert s.usage("a", 10.1) == pytest.approx(before - (0.05 - allowance) + 0.25, abs=1e-9)
+    assert s.usage("a", 11.1 + 1e-9) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_usage_counts_holder_time_as_it_accrues_and_slides_out(two_groups):
@@ -512,8 +521,10 @@ def test_higher_class_preempts_lower_once_per_token():
     assert s.advance(0.03) == []
     assert s.holder() == ("l1", 1)  # still held until released
     assert s.preemptions == {"lo": 1, "hi": 0}
-    # hi's fair slice: 0.1 x 0.3/0.5, plus what it is behind lo's pace (0.035 s over lo's 5 s request).
-    assert s.release("l1", 1, 0.03, 0.035) == [Grant("h1", 2, pytest.approx(0.1 * 0.3 / 0.5 + 0.035 / 5 * 3))]
+    # hi's fair slice: 0.1 x 0.3/0.5, plus what it is behind lo's pace (lo charged its 0.035 s held less
+    # the transit allowance, over lo's 5 s request).
+    lo_charged = 0.035 - REVOKE_THEN_GRANT.transit_allowance
+    assert s.release("l1", 1, 0.03, 0.035) == [Grant("h1", 2, pytest.approx(0.1 * 0.3 / 0.5 + lo_charged / 5 * 3))]
     assert s.client_quantum("l1") == pytest.approx(0.1)  # preempted release: unchanged
 
 
@@ -720,7 +731,7 @@ def test_counters_match_decisions(two_groups):
 def test_busy_fraction_counts_all_groups(two_groups):
     s = two_groups
     s.request("a1", 0.0)
-    s.release("a1", 1, 0.0, 1.0)
+    s.release("a1", 1, 1.0, 1.0)
     s.request("b1", 1.0)
     assert s.busy_fraction(1.2) == pytest.approx(0.12)
     assert s.busy_fraction(5.0) == pytest.approx(0.13)  # the holder accrues only until its deadline

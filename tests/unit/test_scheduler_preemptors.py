@@ -198,18 +198,22 @@ def test_a_waiter_queued_with_a_worse_key_does_not_stop_a_preemption():
 
 def test_a_waiter_that_the_request_puts_in_debt_does_not_hide_a_preemptor():
     """lo2's r1 reports 0.5 s work items and waits just below its request,
-    ahead of hi's key. Alone it is not in debt (no other group contends);
-    once hi's client asks, hi contends, r1's fair slice (0.12 s) is less
-    than half its work item, so r1 is in debt and hi is served: hi preempts
-    lo, so it is flagged."""
+    ahead of hi's key. Its last charge (0.28 s) was made while lo contended,
+    so its debt spacing runs until ~0.82 s. Alone it is not in debt (no
+    other group contends); once hi's client asks, hi contends, r1 is in debt
+    and hi is served: hi preempts lo, so it is flagged."""
     s = scheduler(("lo", 0.2, 1.0, LOW, ["l1"]), ("lo2", 0.3, 1.0, LOW, ["r1"]),
                   ("hi", 0.2, 1.0, HIGH, ["h1"]))
     for start in (0.0, 0.1):  # hi: 0.2 s, exactly its request (tier 1)
         s.request("h1", start)
         s.release("h1", s.holder()[1], 0.1, start + 0.1)
-    s.request("r1", 0.2, work_item=0.5)
-    s.release("r1", s.holder()[1], 0.28, 0.48)  # lo2: 0.28 s, just below its 0.3
-    s.request("l1", 0.48)
+    s.request("l1", 0.2)
+    s.request("r1", 0.44, work_item=0.5)
+    s.release("l1", s.holder()[1], 0.25, 0.45)  # lo: 0.25 s, past its 0.2; r1 is granted
+    s.request("l1", 0.46)                       # lo contends while r1 holds
+    s.release("r1", s.holder()[1], 0.28, 0.73)  # lo2: 0.28 s, just below its 0.3; l1 is granted
+    s.request("r1", 0.74, work_item=0.5)
+    assert s.holder()[0] == "l1"
     assert_does_not_preempt(s, "r1", 0.75)  # of lo's class; lo is past its request
     assert s.preemptors(0.75) == {"hi"}
     assert_preempts(s, "h1", 0.75)

@@ -305,7 +305,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             return  # would race the expiry; the machine's next step covers that
         elapsed = self.now - granted
         decisions = self.s.release(client, token, fraction * elapsed, self.now, idle=idle)
-        self.charge(self.client_group[client], self.now, self.now - granted)
+        # What it used, but at least the time held less the transit allowance.
+        self.charge(self.client_group[client], self.now,
+                    max(elapsed - CONFIG.transit_allowance, fraction * elapsed))
         self.holder = None
         self.apply(decisions)
 
