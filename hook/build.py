@@ -8,8 +8,8 @@ targeting glibc 2.17 by default, or the system gcc), so the library loads
 wherever CUDA runs (FIELD-NOTES section 9).
 
 Either way HTTP/2 (nghttp2, compiled from third_party/nghttp2) and protobuf
-(nanopb's position-independent static runtime from libnanopb-dev) are
-linked in and hidden: NEEDED is glibc's own libraries only (libc, and
+(nanopb's runtime, compiled from third_party/nanopb) are linked in and
+hidden: NEEDED is glibc's own libraries only (libc, and
 libdl/libpthread, where glibc < 2.34 keeps dlopen/pthread_create), and the
 exports are only the table's entry points, dlsym and the gslice_* API.
 Plain C compiled straight with the compiler (no Python symbols, no run
@@ -17,13 +17,12 @@ path; loads under LD_BIND_NOW=1). Objects are cached by content, so a
 rebuild after a one-file change recompiles one file.
 
 Sources: every hook/*.c (a new file there is picked up), the nanopb code
-generated from proto/, and third_party/nghttp2/lib/*.c.
+generated from proto/, third_party/nanopb/pb_*.c and third_party/nghttp2/lib/*.c.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -34,6 +33,8 @@ HOOK_DIR = Path(__file__).resolve().parent
 ROOT = HOOK_DIR.parent
 INCLUDE_DIR = ROOT / "include"
 NGHTTP2_DIR = ROOT / "third_party" / "nghttp2" / "lib"
+# nanopb's runtime (pb_*.c, pb*.h), carried at the generator's version (0.4.7).
+NANOPB_RUNTIME_DIR = ROOT / "third_party" / "nanopb"
 
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fvisibility=hidden", "-fPIC", "-pthread", "-Wall", "-Wextra",
           "-ftls-model=initial-exec", "-fno-plt"]
@@ -55,45 +56,6 @@ if _sanitize:
         raise SystemExit(f"GSLICE_SANITIZE={_sanitize!r}: expected a comma list of {sorted(SANITIZERS)}")
     CFLAGS += [f"-fsanitize={_sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
     LDFLAGS += [f"-fsanitize={_sanitize}"]
-
-
-def find_nanopb_runtime() -> Path:
-    """The position-independent static nanopb runtime from libnanopb-dev."""
-    candidates: list[Path] = []
-    try:
-        out = subprocess.run(["pkg-config", "--variable=libdir", "nanopb"], capture_output=True, text=True)
-        if out.returncode == 0 and out.stdout.strip():
-            candidates.append(Path(out.stdout.strip()) / "libprotobuf-nanopb.a")
-    except FileNotFoundError:
-        pass
-    candidates += [Path(f"/usr/lib/{platform.machine()}-linux-gnu/libprotobuf-nanopb.a"),
-                   Path("/usr/lib/libprotobuf-nanopb.a"), Path("/usr/local/lib/libprotobuf-nanopb.a")]
-    for path in candidates:
-        if path.exists():
-            return path
-    raise RuntimeError("libprotobuf-nanopb.a not found (looked in: "
-                       + ", ".join(map(str, candidates)) + "); install libnanopb-dev")
-
-
-NANOPB_HEADERS = ("pb.h", "pb_common.h", "pb_encode.h", "pb_decode.h")
-
-
-def nanopb_headers(work_dir: Path) -> Path:
-    """A folder with only nanopb's headers (libnanopb-dev puts them in
-    /usr/include, which must not be on a cross compiler's path: it would
-    shadow the target glibc's headers with the build machine's)."""
-    for src in (Path("/usr/include/nanopb"), Path("/usr/include"), Path("/usr/local/include")):
-        if (src / "pb.h").exists():
-            break
-    else:
-        raise RuntimeError("pb.h not found in /usr/include or /usr/local/include; install libnanopb-dev")
-    out = Path(work_dir) / "nanopb-include"
-    out.mkdir(parents=True, exist_ok=True)
-    for name in NANOPB_HEADERS:
-        data = (src / name).read_bytes()
-        if not (out / name).exists() or (out / name).read_bytes() != data:
-            (out / name).write_bytes(data)
-    return out
 
 
 def _digest(*parts: bytes) -> str:
@@ -139,8 +101,9 @@ def _compile_objects(cc: list[str], units: list[tuple[Path, list[str]]], headers
 
 
 def library_sources(nanopb_dir: Path) -> tuple[list[Path], list[Path]]:
-    """(gslice sources incl. generated protobuf code, nghttp2 sources)."""
-    ours = sorted(HOOK_DIR.glob("*.c")) + sorted(Path(nanopb_dir).rglob("*.pb.c"))
+    """(gslice sources incl. generated protobuf code and nanopb's runtime, nghttp2 sources)."""
+    ours = (sorted(HOOK_DIR.glob("*.c")) + sorted(Path(nanopb_dir).rglob("*.pb.c"))
+            + sorted(NANOPB_RUNTIME_DIR.glob("pb_*.c")))
     nghttp2 = sorted(NGHTTP2_DIR.glob("*.c"))
     if not nghttp2:
         raise RuntimeError(f"no nghttp2 sources in {NGHTTP2_DIR} (python tools/vendor_nghttp2.py restores them)")
@@ -149,7 +112,7 @@ def library_sources(nanopb_dir: Path) -> tuple[list[Path], list[Path]]:
 
 def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[str], version: str) -> Path:
     nanopb_dir = Path(nanopb_dir)
-    include_dirs = [HOOK_DIR, INCLUDE_DIR, nanopb_dir, NGHTTP2_DIR / "includes", nanopb_headers(work_dir)]
+    include_dirs = [HOOK_DIR, INCLUDE_DIR, nanopb_dir, NGHTTP2_DIR / "includes", NANOPB_RUNTIME_DIR]
     headers = _headers_digest(include_dirs + [NGHTTP2_DIR])
     includes = [f"-I{d}" for d in include_dirs]
     ours, nghttp2 = library_sources(nanopb_dir)
@@ -160,7 +123,7 @@ def build_library(package_dir: Path, nanopb_dir: Path, work_dir: Path, cc: list[
     objects = _compile_objects(cc, units, headers, out_dir / "obj")
 
     built = out_dir / "libgslice.so"
-    cmd = [*cc, *LDFLAGS, "-o", str(built), *map(str, objects), str(find_nanopb_runtime()), *LIBRARIES]
+    cmd = [*cc, *LDFLAGS, "-o", str(built), *map(str, objects), *LIBRARIES]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"linking libgslice.so failed:\n{' '.join(cmd)}\n{result.stderr}")

@@ -1,9 +1,10 @@
 # Sourced by scripts/test and scripts/demo: installs what gslice needs on a
 # fresh Debian/Ubuntu machine, then (re)builds the native parts.
-#   apt: a C compiler, nanopb's runtime (protobuf in C, linked into the
-#        shim) and libnghttp2 (HTTP/2; the shim compiles its own copy from
-#        third_party/, the RPC client's test programs link this one); only
-#        what is missing, via sudo when not root.
+#   apt: a C compiler, and libnanopb-dev + libnghttp2-dev for the RPC
+#        client's test and benchmark programs only (tests/rpc_client,
+#        benchmarks/native_build.py link the system's copies; the shim
+#        compiles its own from third_party/nanopb and third_party/nghttp2);
+#        only what is missing, via sudo when not root.
 #   .venv: the package in editable mode with its test extras, and the zig
 #        C cross compiler (PyPI `ziglang`) that builds the shim for old glibc.
 # Safe to run again: each step is skipped when already done.
@@ -57,7 +58,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # Build requirements first (pyproject.toml [build-system]), so the editable
   # install needs no isolated env; ziglang is the C cross compiler that
-  # builds the shim for glibc 2.17 (tools/toolchain.py).
+  # builds the shim for glibc 2.17 (tools/toolchain.py). grpcio-tools here is
+  # any version (nanopb's generator uses it); the Python stubs come from the
+  # pinned one, which tools/build_native.py keeps under build/.
   "$VENV/bin/python" -m pip install -q "setuptools>=77,<81" wheel "cffi>=1.16" "grpcio-tools>=1.60" \
     "nanopb==0.4.7" "ziglang>=0.13"
   "$VENV/bin/python" tools/build_native.py proto   # generated packages must exist before the install

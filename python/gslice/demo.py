@@ -6,13 +6,15 @@
 process that would happily take the whole GPU. Every second the demo
 prints what each group really got; then it shows the memory quota: a
 process of "inference" (quota 1 GiB) allocates 256 MiB chunks until the
-shim refuses, and reports what cuMemGetInfo says inside the group.
+shim refuses, and reports what the group is charged (the chunks plus its
+CUDA context's reserve) and what cuMemGetInfo says inside the group.
 Runs on the real NVIDIA GPU when one is present, else on the simulated GPU.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -28,6 +30,11 @@ GROUPS = [
 def _bar(fraction: float, width: int = 30) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "#" * filled + "." * (width - filled)
+
+
+def _reserve_setting() -> str:
+    value = os.environ.get("GSLICE_CONTEXT_RESERVE_MIB")
+    return f"set to {value} here" if value else "not set here, so the shim's default"
 
 
 def run(seconds: float, gpu: str, kernel_us: float) -> int:
@@ -70,12 +77,21 @@ def run(seconds: float, gpu: str, kernel_us: float) -> int:
             print(f"  GPU busy {busy:.1%} of the time")
 
         print("\nmemory quota: 'inference' (1 GiB) allocates 256 MiB chunks until refused:")
-        proc = exp.spawn_workload("inference", ["alloc", "--chunk-mib", "256", "--count", "8"])
-        out, _ = proc.communicate(timeout=60)
-        result = json.loads(out.strip().splitlines()[-1])
+        # The workload reports, then holds its chunks for a second: long
+        # enough to read the group's charge from tokend while it holds them.
+        proc = exp.spawn_workload("inference", ["alloc", "--chunk-mib", "256", "--count", "8", "--hold-seconds", "1"])
+        result = json.loads(proc.stdout.readline())
+        group = exp.admin.status().group("inference")
+        proc.communicate(timeout=60)
         print(f"  allocated {result['chunks']} chunks ({result['allocated_bytes'] >> 20} MiB), "
               f"then CUDA_ERROR_OUT_OF_MEMORY" if result["refused"] else
               f"  allocated {result['chunks']} chunks, none refused")
+        print(f"  charged to the group meanwhile: {group.memory_used >> 20} MiB of its "
+              f"{group.group.memory_quota >> 20} MiB quota = {result['allocated_bytes'] >> 20} MiB of chunks "
+              f"+ {(group.memory_used - result['allocated_bytes']) >> 20} MiB context reserve")
+        print(f"  (the context reserve: device memory a CUDA context uses that no allocation shows, its state,\n"
+              f"   module code, heap and stacks; the shim charges it to the group when the process creates its\n"
+              f"   context: GSLICE_CONTEXT_RESERVE_MIB, {_reserve_setting()})")
         print(f"  cuMemGetInfo inside the group: total {result['mem_total'] >> 20} MiB, "
               f"free {result['mem_free'] >> 20} MiB")
         failed = [c for cs in codes.values() for c in cs if c != 0]
