@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -233,28 +232,6 @@ def info() -> dict:
             "device_count": runtime.getDeviceCount(), "driver_version": runtime.driverGetVersion(),
             "runtime_version": runtime.runtimeGetVersion(), "cupy_version": cupy.__version__,
             "mem_free": free, "mem_total": total, "pid": os.getpid()}
-
-
-def compare_launch_overhead(exp, group: str, launches: int = 200_000, rounds: int = 3,
-                            timeout: float = 600.0) -> dict:
-    """Run the `launch` workload in `group` of a running SharingExperiment
-    `exp`, first without the shim, then under it, one after the other so they
-    never compete; returns both reports and the added ns per launch
-    (best round against best round)."""
-    argv = [sys.executable, "-m", "gslice.workloads_cupy", "launch", "--launches", str(launches),
-            "--rounds", str(rounds)]
-    reports = {}
-    for label, shim in (("bare", False), ("shim", True)):
-        proc = exp.spawn(group, argv, shim=shim, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the launch workload {label} (shim={shim}) exited with {proc.returncode}: "
-                               f"{err.strip()[-2000:]}")
-        reports[label] = json.loads(out.strip().splitlines()[-1])
-    return {"launches": launches, "rounds": rounds, "bare": reports["bare"], "shim": reports["shim"],
-            "bare_ns_per_launch": reports["bare"]["ns_per_launch_best"],
-            "shim_ns_per_launch": reports["shim"]["ns_per_launch_best"],
-            "added_ns_per_launch": reports["shim"]["ns_per_launch_best"] - reports["bare"]["ns_per_launch_best"]}
 
 
 def main(argv: list[str] | None = None) -> int:
