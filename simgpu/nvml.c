@@ -187,7 +187,9 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUti
     return NVML_SUCCESS;
 }
 
-/* Live processes attached to the device, in slot order. */
+/* Processes with a context on the device, in slot order: live ones, and
+ * gone ones whose context is still being torn down (as the real driver
+ * lists a killed process until its memory is freed). */
 static nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned int *count, void *out, size_t entry_size) {
     nvmlReturn_t rc = require_device(dev);
     if (rc) return rc;
@@ -196,7 +198,8 @@ static nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned int *count, voi
     unsigned int found = 0, capacity = *count;
     for (int i = 0; i < SIM_MAX_PROCESSES; i++) {
         struct sim_process_slot *slot = &device->slots[i];
-        if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) != SIM_SLOT_LIVE) continue;
+        uint32_t state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
+        if (state != SIM_SLOT_LIVE && state != SIM_SLOT_TEARDOWN) continue;
         if (out && found < capacity) {
             unsigned char *entry = (unsigned char *)out + found * entry_size;
             if (entry_size == sizeof(nvmlProcessInfo_t)) {

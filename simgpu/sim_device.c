@@ -26,6 +26,26 @@
 /* How long an attaching process waits for another one to finish creating
  * the segment. */
 #define SIM_ATTACH_WAIT_NS 5000000000ull
+/* How long a gone process's memory stays used while the driver tears its
+ * context down (NVML keeps listing it meanwhile): on an H100, kill -9 of a
+ * process holding 3.76 GiB left it listed for 123-138 ms
+ * (shared/FIELD-NOTES.md section 10). GSLICE_SIM_TEARDOWN_MS changes it. */
+#define SIM_DEFAULT_TEARDOWN_MS 130.0
+
+/* GSLICE_SIM_TEARDOWN_MS (milliseconds >= 0, fractions allowed), read by
+ * the process that creates the segment. */
+static uint64_t teardown_ns_from_env(void) {
+    const char *text = getenv("GSLICE_SIM_TEARDOWN_MS");
+    if (!text || !*text) return (uint64_t)(SIM_DEFAULT_TEARDOWN_MS * 1e6);
+    char *end;
+    double ms = strtod(text, &end);
+    if (end == text || *end || !(ms >= 0) || ms > 3.6e6) {
+        sim_log("GSLICE_SIM_TEARDOWN_MS '%.40s' is not a duration; expected milliseconds >= 0, e.g. 130; "
+                "using %g", text, SIM_DEFAULT_TEARDOWN_MS);
+        return (uint64_t)(SIM_DEFAULT_TEARDOWN_MS * 1e6);
+    }
+    return (uint64_t)(ms * 1e6);
+}
 
 uint64_t sim_now_ns(void) {
     struct timespec ts;
@@ -117,6 +137,7 @@ static void initialise_device(struct sim_device_shared *dev, const char *name, u
     dev->sm_count = SIM_SM_COUNT;
     dev->total_memory = total_memory;
     dev->created_ns = sim_now_ns();
+    dev->teardown_ns = teardown_ns_from_env();
     snprintf(dev->name, sizeof dev->name, "%s", SIM_DEVICE_NAME);
     uint64_t hi = fnv1a(name, 0x9e3779b97f4a7c15ull), lo = fnv1a(name, 0x243f6a8885a308d3ull);
     for (int i = 0; i < 8; i++) {
@@ -278,24 +299,41 @@ static bool process_alive(int pid, uint64_t start_ticks) {
     return start_ticks == 0 || now_ticks == start_ticks;
 }
 
-static void mark_exited_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+/* The context is gone: its memory goes back to the device. */
+static void finish_teardown_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
     uint64_t held = __atomic_load_n(&slot->memory_used, __ATOMIC_RELAXED);
     uint64_t used = __atomic_load_n(&dev->memory_used, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->memory_used, used >= held ? used - held : 0, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->memory_used, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->state, (uint32_t)SIM_SLOT_EXITED, __ATOMIC_RELEASE);
+}
+
+/* The process is gone (or leaving): its context is torn down, which on a
+ * real driver takes a while, so its memory stays used (and NVML lists it)
+ * for dev->teardown_ns from now. The teardown starts when the simulator
+ * notices the death (at the next query, allocation or claim: tokend's NVML
+ * polls notice it within their period), not at the death itself. */
+static void mark_gone_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
     uint32_t waiting = __atomic_exchange_n(&slot->engine_waiting, 0, __ATOMIC_RELAXED);
     if (waiting) __atomic_fetch_sub(&dev->engine_waiters, waiting, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->exited_ns, sim_now_ns(), __ATOMIC_RELAXED);
-    __atomic_store_n(&slot->state, (uint32_t)SIM_SLOT_EXITED, __ATOMIC_RELEASE);
+    if (dev->teardown_ns == 0) finish_teardown_locked(dev, slot);
+    else __atomic_store_n(&slot->state, (uint32_t)SIM_SLOT_TEARDOWN, __ATOMIC_RELEASE);
 }
 
 static void reap_locked(struct sim_device_shared *dev) {
     int self = getpid();
+    uint64_t now = sim_now_ns();
     for (int i = 0; i < SIM_MAX_PROCESSES; i++) {
         struct sim_process_slot *slot = &dev->slots[i];
-        if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) != SIM_SLOT_LIVE) continue;
+        uint32_t state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
+        if (state == SIM_SLOT_TEARDOWN) {
+            if (now - slot->exited_ns >= dev->teardown_ns) finish_teardown_locked(dev, slot);
+            continue;
+        }
+        if (state != SIM_SLOT_LIVE) continue;
         if (slot->pid == self) continue;
-        if (!process_alive(slot->pid, slot->start_ticks)) mark_exited_locked(dev, slot);
+        if (!process_alive(slot->pid, slot->start_ticks)) mark_gone_locked(dev, slot);
     }
 }
 
@@ -307,7 +345,8 @@ static void lock_registry(struct sim_device_shared *dev) {
     if (recovered) {
         uint64_t sum = 0;
         for (int i = 0; i < SIM_MAX_PROCESSES; i++)
-            if (dev->slots[i].state == SIM_SLOT_LIVE) sum += dev->slots[i].memory_used;
+            if (dev->slots[i].state == SIM_SLOT_LIVE || dev->slots[i].state == SIM_SLOT_TEARDOWN)
+                sum += dev->slots[i].memory_used;
         __atomic_store_n(&dev->memory_used, sum, __ATOMIC_RELAXED);
     }
 }
@@ -342,7 +381,7 @@ struct sim_process_slot *sim_registry_claim(struct sim_device_shared *dev, int p
 
 void sim_registry_release(struct sim_device_shared *dev, struct sim_process_slot *slot) {
     lock_registry(dev);
-    if (slot->state == SIM_SLOT_LIVE) mark_exited_locked(dev, slot);
+    if (slot->state == SIM_SLOT_LIVE) mark_gone_locked(dev, slot);
     unlock_shared(&dev->registry);
 }
 
@@ -361,6 +400,7 @@ bool sim_memory_reserve(struct sim_device_shared *dev, struct sim_process_slot *
         reap_locked(dev); /* a dead process may still be counted */
         used = dev->memory_used;
         if (bytes > dev->total_memory || used > dev->total_memory - bytes) {
+            __atomic_fetch_add(&slot->out_of_memory, 1u, __ATOMIC_RELAXED);
             unlock_shared(&dev->registry);
             return false;
         }

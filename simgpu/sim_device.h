@@ -35,10 +35,11 @@ struct sim_device_shared *sim_device_attach(char *err, size_t err_len);
 /* Claim a process slot for pid (reaping dead processes first). NULL when
  * all SIM_MAX_PROCESSES slots belong to live processes. */
 struct sim_process_slot *sim_registry_claim(struct sim_device_shared *dev, int pid, const char *label);
-/* The process is going away: give its memory back and mark the slot exited. */
+/* The process is going away: its context's teardown begins (the memory
+ * stays used for dev->teardown_ns, then the slot is exited). */
 void sim_registry_release(struct sim_device_shared *dev, struct sim_process_slot *slot);
-/* Mark slots of processes that no longer exist as exited and give their
- * memory back. */
+/* Begin the teardown of processes that no longer exist, and end the
+ * teardowns whose time is up (their memory goes back). */
 void sim_registry_reap(struct sim_device_shared *dev);
 
 /* Physical memory accounting across all processes. Returns false when the

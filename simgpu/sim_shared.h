@@ -37,6 +37,8 @@ enum sim_slot_state {
     SIM_SLOT_FREE = 0,   /* never used, or recycled */
     SIM_SLOT_LIVE = 1,   /* process attached and (as far as we know) alive */
     SIM_SLOT_EXITED = 2, /* process gone; its memory was given back, counters kept for readers */
+    SIM_SLOT_TEARDOWN = 3, /* process gone, its context still being torn down: memory still used and
+                            * NVML still lists it, until exited_ns + teardown_ns (then EXITED) */
 };
 
 /* A pthread mutex padded to a fixed size so the layout does not depend on
@@ -61,9 +63,9 @@ struct sim_process_slot {
     uint64_t first_activity_ns; /* CLOCK_MONOTONIC of its first kernel start, 0 if none */
     uint64_t last_activity_ns;  /* CLOCK_MONOTONIC of its last kernel end */
     uint64_t attached_ns;       /* CLOCK_MONOTONIC when the slot was claimed */
-    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone, 0 while live */
+    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone (teardown began), 0 while live */
     uint32_t engine_waiting;    /* its threads now waiting for the engine */
-    uint32_t reserved0;
+    uint32_t out_of_memory;     /* its allocations the device refused for want of free memory */
     uint64_t reserved[4];
 };
 
@@ -102,7 +104,8 @@ struct sim_device_shared {
     uint64_t engine_busy_since_ns; /* start of the kernel running now, 0 when idle */
     uint32_t engine_courtesy_waiters; /* releasers stepping aside for a waiter (see sim_device.c) */
     uint32_t reserved32;
-    uint64_t reserved[7];
+    uint64_t teardown_ns;       /* how long a gone process's memory stays used (GSLICE_SIM_TEARDOWN_MS) */
+    uint64_t reserved[6];
     struct sim_timeline_bucket timeline[SIM_TIMELINE_BUCKETS];
     sim_shared_mutex engine;    /* held while a kernel runs: the GPU executes one at a time */
     sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */

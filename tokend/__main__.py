@@ -12,6 +12,7 @@ from pathlib import Path
 from gslice.paths import DEFAULT_SOCKET_DIR, DEFAULT_STATE_DIR
 
 from .limits import UINT32_MAX, Limits
+from .memory_ledger import DEFAULT_RECLAIM_TIMEOUT
 
 
 def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
@@ -80,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "memory than its group's quota (default warn: status, metric, event)")
     parser.add_argument("--process-watch-seconds", type=float, default=5.0,
                         help="how often NVML's process list is checked for bypass (default 5; 0: off)")
+    parser.add_argument("--reclaim-timeout-ms", type=float, default=DEFAULT_RECLAIM_TIMEOUT * 1000,
+                        help="a departed (killed, exited) process's memory returns to its group when NVML no "
+                             "longer lists the process (the driver has freed it); when NVML cannot tell (it "
+                             "never listed the pid, or gives no process list), after this long "
+                             f"(default {DEFAULT_RECLAIM_TIMEOUT * 1000:g} ms)")
     # For tests on machines without NVML: 'UUID,NAME,BYTES'.
     parser.add_argument("--fake-gpu", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--control-open-timeout", type=float, default=None, help=argparse.SUPPRESS)
@@ -136,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
             if not value * 1000 <= UINT32_MAX:
                 raise ValueError(f"{flag} {value:g} is too large: the protocol carries at most "
                                  f"{UINT32_MAX // 1000} ms (uint32 microseconds)")
+        if not 0 <= args.reclaim_timeout_ms <= 3_600_000:
+            raise ValueError(f"--reclaim-timeout-ms {args.reclaim_timeout_ms:g} is invalid: expected 0 .. 3600000")
         if not 0 <= args.process_watch_seconds <= 3600:
             raise ValueError(f"--process-watch-seconds {args.process_watch_seconds:g} is invalid: "
                              "expected 0 (off) .. 3600")
@@ -146,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port, metrics_address=args.metrics_address, scheduler=config,
             control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT,
             limits=limits, bypass_policy=args.bypass_policy, process_watch_seconds=args.process_watch_seconds,
-            preempt_doorbell=args.preempt_doorbell == "on")
+            preempt_doorbell=args.preempt_doorbell == "on", reclaim_timeout=args.reclaim_timeout_ms / 1000.0)
         asyncio.run(TokenDaemon(options).run())
     except (StartupError, GpuDiscoveryError, StateError) as exc:
         log.error("%s", exc)

@@ -35,7 +35,7 @@ class ClientService:
         return self._coordinator.renew_token(request)
 
     async def ReserveMemory(self, request: client_pb2.ReserveMemoryRequest, context) -> client_pb2.ReserveMemoryReply:
-        return self._coordinator.reserve_memory(request.client_id, request.bytes)
+        return await self._coordinator.reserve_memory(request.client_id, request.bytes)
 
     async def ReleaseMemory(self, request: client_pb2.ReleaseMemoryRequest, context) -> client_pb2.ReleaseMemoryReply:
         return self._coordinator.release_memory(request.client_id, request.bytes)

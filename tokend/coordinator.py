@@ -10,6 +10,7 @@ the single wake-up timer is re-armed at `scheduler.next_wakeup()`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import os
@@ -26,13 +27,13 @@ from .events import EventHub
 from .gpu_discovery import GpuInfo
 from .limits import (MAX_GPU_UUID_BYTES, MAX_GROUP_BYTES, MAX_SECRET_BYTES, AttachRateLimiter, Limits,
                      check_field_length, clamp_u64, printable)
-from .memory_ledger import MemoryLedger
+from .memory_ledger import DEFAULT_RECLAIM_TIMEOUT, MemoryLedger, PendingReclaim, Reclaimed
 from .metrics import TokendMetrics
 from .preempt_doorbell import PreemptDoorbell
 from .process_watch import Bypass, GpuProcessUse, find_bypass, kill
 from .rpc_guard import RpcFailure
 from .scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
-from .state_store import GroupStore, StoredGroup
+from .state_store import GroupStore, ReclaimStore, StoredGroup
 
 log = logging.getLogger("gslice.tokend")
 
@@ -60,6 +61,13 @@ def new_group_secret() -> str:
 # handed to the preempted client's Control stream (so the holder hears of it
 # no later than the waiter starts launching), but never longer than this.
 GRANT_AFTER_REVOKE_MAX_WAIT = 0.002
+
+# A reservation that fits once its group's pending reclaims (memory of
+# departed processes the driver has not freed yet) are back waits for them
+# this long at most, then is refused. Below the shim's 5 s ReserveMemory
+# deadline (hook/memory_ledger.c RESERVE_WAIT_MS); above the default
+# reclaim timeout, so a reclaim NVML cannot follow ends within the wait.
+RESERVE_WAIT_FOR_RECLAIM = 3.0
 
 
 @dataclass
@@ -91,7 +99,8 @@ def _grant_reply(grant: Grant) -> client_pb2.AcquireTokenReply:
 
 class Coordinator:
     def __init__(self, gpu: GpuInfo, config: SchedulerConfig, store: GroupStore, metrics: TokendMetrics,
-                 control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT, limits: Limits | None = None):
+                 control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT, limits: Limits | None = None,
+                 reclaim_timeout: float = DEFAULT_RECLAIM_TIMEOUT):
         config.validate()
         self.limits = (limits or Limits()).validate()
         self.gpu = gpu
@@ -100,7 +109,12 @@ class Coordinator:
         self.metrics = metrics
         self.events = EventHub(on_drop=metrics.events_dropped.inc)
         self.scheduler = Scheduler(config)
-        self.ledger = MemoryLedger()
+        self.ledger = MemoryLedger(reclaim_timeout)
+        self.reclaim_store = ReclaimStore(store.state_dir)
+        self._reclaims_dirty = False
+        self._reclaims_saving = False
+        self.reclaims_changed = asyncio.Event()  # the daemon's reclaim watch wakes up on it
+        self._reclaimed_in: dict[str, asyncio.Future] = {}  # group -> done when a reclaim of it ends
         self.control_open_timeout = control_open_timeout
         self.sessions: dict[str, ClientSession] = {}
         self._by_public_id: dict[str, ClientSession] = {}
@@ -154,6 +168,7 @@ class Coordinator:
             self.loss_policy[spec.name] = stored.on_daemon_loss
             self._members[spec.name] = {}
             self._publish_group_metrics(spec)
+        self._restore_reclaims()
         if self.state_note:
             log.warning("%s", self.state_note)
         log.info("loaded %d group(s) from %s", len(self.secrets), self.store.path)
@@ -338,10 +353,12 @@ class Coordinator:
         client_id = secrets.token_hex(16)
         self._core(self.scheduler.attach, client_id, request.group)
         try:
-            self.ledger.attach(client_id, request.group, declared=request.reserved_bytes)
+            superseded = self.ledger.attach(client_id, request.group, declared=request.reserved_bytes,
+                                            pid=request.pid, now=time.monotonic())
         except BaseException:
             self._core(self.scheduler.detach, client_id)
             raise
+        self._on_reclaimed(superseded)
         public_id = f"c{self._next_public}"
         self._next_public += 1
         process_name = printable(request.process_name)
@@ -372,8 +389,11 @@ class Coordinator:
         if session is not None and not session.control_open:
             self.detach(client_id, f"no Control stream opened within {self.control_open_timeout:g} s of Attach")
 
-    def detach(self, client_id: str, reason: str) -> bool:
-        """Forget a client at once: its token, its waits and its memory. Idempotent."""
+    def detach(self, client_id: str, reason: str, hold_memory: bool = True) -> bool:
+        """Forget a client at once: its token and its waits. Its memory stays
+        charged to its group until the driver has freed it (a pending reclaim,
+        tokend/memory_ledger.py), unless hold_memory is False (the process
+        keeps it and will re-declare it: tokend stopping). Idempotent."""
         session = self.sessions.pop(client_id, None)
         if session is None:
             return False
@@ -382,16 +402,24 @@ class Coordinator:
         try:
             self._core(self.scheduler.detach, client_id)
         finally:
-            freed = self.ledger.detach(client_id)
+            if hold_memory:
+                pending = self.ledger.detach_held(client_id, session.public_id, time.monotonic(), time.time())
+                held, freed = (pending.nbytes if pending else 0), 0
+            else:
+                held, freed = 0, self.ledger.detach(client_id)
+            if held:
+                self._reclaims_changed()
+                self._on_reclaimed(self.ledger.expire(time.monotonic()))  # --reclaim-timeout-ms 0: at once
             if session.pending_grant is not None and not session.pending_grant.done():
                 session.pending_grant.set_exception(RpcFailure(
                     grpc.StatusCode.ABORTED, f"client {session.public_id} was detached while waiting: {reason}"))
             session.control_queue.put_nowait(_DETACHED)
             self._publish_memory(session.group)
             self._publish_clients(session.group)
-            self.events.publish("client_detached", session.group, session.public_id, f"{reason}; freed {freed} bytes")
-            log.info("client %s (group %s, pid %d) detached: %s; freed %d bytes",
-                     session.public_id, session.group, session.pid, reason, freed)
+            memory = (f"its {held} bytes held until the driver frees them" if held else f"freed {freed} bytes")
+            self.events.publish("client_detached", session.group, session.public_id, f"{reason}; {memory}")
+            log.info("client %s (group %s, pid %d) detached: %s; %s",
+                     session.public_id, session.group, session.pid, reason, memory)
         return True
 
     async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0,
@@ -474,18 +502,44 @@ class Coordinator:
                                                   quantum_us=max(1, round(decision.quantum * 1e6)))
         return client_pb2.RenewTokenReply(renewed=False)
 
-    def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
+    async def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
+        """A reservation that fits once the group's pending reclaims are back
+        waits for them (RESERVE_WAIT_FOR_RECLAIM at most): right after a
+        process of the group was killed, its successor's allocations wait a
+        moment instead of failing."""
         session = self.session(client_id)
         if size == 0:
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "ReserveMemory of 0 bytes; ask for at least 1 byte")
-        reservation = self.ledger.reserve(client_id, size)
+        reservation = self.ledger.reserve(client_id, size, can_wait=True)
+        if reservation.wait:
+            reservation = await self._reserve_after_reclaims(session, size)
         if not reservation.granted:
+            pending = self.ledger.group_pending(session.group)
             self.metrics.memory_refused.labels(session.group).inc()
             self.events.publish("memory_refused", session.group, session.public_id,
-                                f"asked {size} bytes; group uses {reservation.used} of {reservation.quota}")
+                                f"asked {size} bytes; group uses {reservation.used} of {reservation.quota}"
+                                + (f", of which {pending} bytes of departed processes the driver has not freed "
+                                   f"yet (waited {RESERVE_WAIT_FOR_RECLAIM:g} s)" if pending else ""))
         self._publish_memory(session.group)
         return client_pb2.ReserveMemoryReply(granted=reservation.granted, used=clamp_u64(reservation.used),
                                              quota=reservation.quota)
+
+    async def _reserve_after_reclaims(self, session: ClientSession, size: int):
+        deadline = time.monotonic() + RESERVE_WAIT_FOR_RECLAIM
+        while True:
+            left = deadline - time.monotonic()
+            can_wait = left > 0
+            if can_wait:
+                waiter = self._reclaimed_in.get(session.group)
+                if waiter is None or waiter.done():
+                    waiter = self._reclaimed_in[session.group] = asyncio.get_running_loop().create_future()
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), left)
+                except asyncio.TimeoutError:
+                    can_wait = False
+            reservation = self.ledger.reserve(session.client_id, size, can_wait=can_wait)  # NotFound once detached
+            if not reservation.wait:
+                return reservation
 
     def release_memory(self, client_id: str, size: int) -> client_pb2.ReleaseMemoryReply:
         session = self.session(client_id)
@@ -649,6 +703,17 @@ class Coordinator:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
                              f"group {name!r} still has {len(attached)} attached client(s) "
                              f"({', '.join(attached[:5])}{', ...' if len(attached) > 5 else ''}); stop them first")
+        # Memory its departed processes left stays its own until the driver
+        # frees it (another group must not be given it early): wait a moment.
+        deadline = time.monotonic() + RESERVE_WAIT_FOR_RECLAIM
+        while self.ledger.group_pending(name) and time.monotonic() < deadline:
+            waiter = self._reclaimed_in.get(name)
+            if waiter is None or waiter.done():
+                waiter = self._reclaimed_in[name] = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), deadline - time.monotonic())
+        if self.ledger.group_pending(name):
+            self.ledger.remove_group(name)  # FailedPrecondition: says what is pending
         old = self.scheduler.group(name)
         self._core(self.scheduler.remove_group, name)
         remaining = {k: v for k, v in self.secrets.items() if k != name}
@@ -717,11 +782,13 @@ class Coordinator:
                              f"refused until use falls under {spec.memory_quota} bytes")
             if spec.name in self.flags:
                 notes.append(self.flags[spec.name])
+            notes.extend(self._reclaim_notes(spec.name, now))
             note = "; ".join(notes)
             reply.groups.append(admin_pb2.GroupStatus(
                 group=self.group_proto(spec), share=share, memory_used=clamp_u64(used), over_quota=over,
                 flagged=spec.name in self.flags,
                 clients=len(members), waiting=sum(1 for s in members if s.client_id in waiting_set), note=note,
+                memory_awaiting_driver=self.ledger.group_pending(spec.name),
                 tokens_granted=self.scheduler.tokens_granted.get(spec.name, 0),
                 preemptions=self.scheduler.preemptions.get(spec.name, 0)))
         reply.busy_fraction = min(1.0, busy)
@@ -733,6 +800,92 @@ class Coordinator:
                 attached_at=session.attached_at))
         return reply
 
+    # ------------------------------------------------------ pending reclaims
+    def observe_gpu_processes(self, pids: list[int] | None, taken_at: float) -> None:
+        """NVML's process list (pids), queried at `taken_at` (monotonic), or
+        None when there is none (no NVML, a failed query): pending reclaims
+        whose memory the driver has freed, or whose timeout passed, end."""
+        self._on_reclaimed(self.ledger.observe_gpu_processes(pids, taken_at))
+
+    def has_pending_reclaims(self) -> bool:
+        return bool(self.ledger.pending_reclaims())
+
+    def _on_reclaimed(self, ended: list[Reclaimed]) -> None:
+        for reclaimed in ended:
+            pending = reclaimed.pending
+            after = reclaimed.at - pending.since
+            message = (f"memory of pid {pending.pid} ({pending.nbytes} bytes, client {pending.client}) back "
+                       f"{after * 1e3:.0f} ms after it departed: {reclaimed.reason}")
+            self.metrics.memory_reclaimed.labels(pending.group, reclaimed.how).inc()
+            self.events.publish("memory_reclaimed", pending.group, pending.client, message)
+            (log.warning if reclaimed.how == "timeout" else log.info)("group %s: %s", pending.group, message)
+            self._publish_memory(pending.group)
+            waiter = self._reclaimed_in.pop(pending.group, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        if ended:
+            self._reclaims_changed()
+
+    def _reclaims_changed(self) -> None:
+        """A reclaim began or ended: wake the watch, persist the table."""
+        self.reclaims_changed.set()
+        self._reclaims_dirty = True
+        if self._loop is None:
+            self._save_reclaims_now()
+        elif not self._reclaims_saving:
+            self._reclaims_saving = True
+            self._loop.create_task(self._save_reclaims())
+
+    async def _save_reclaims(self) -> None:
+        """Writes the latest table until none is newer (on a worker thread:
+        fsync must not stall grants; one writer, so writes never reorder)."""
+        try:
+            while self._reclaims_dirty:
+                self._reclaims_dirty = False
+                table = self.ledger.pending_reclaims()
+                try:
+                    await asyncio.to_thread(self.reclaim_store.save, table)
+                except OSError as exc:
+                    log.error("cannot save pending reclaims to %s: %s", self.reclaim_store.path, exc)
+        finally:
+            self._reclaims_saving = False
+
+    def _save_reclaims_now(self) -> None:
+        self._reclaims_dirty = False
+        try:
+            self.reclaim_store.save(self.ledger.pending_reclaims())
+        except OSError as exc:
+            log.error("cannot save pending reclaims to %s: %s", self.reclaim_store.path, exc)
+
+    def _restore_reclaims(self) -> None:
+        entries, note = self.reclaim_store.load()
+        if note:
+            log.warning("%s", note)
+        for item in entries:
+            if item["group"] not in self.secrets:
+                log.warning("pending reclaim of pid %d (%d bytes) names group %r, which no longer exists; dropped",
+                            item["pid"], item["bytes"], item["group"])
+                continue
+            self.ledger.restore_pending(PendingReclaim(
+                item["group"], item["pid"], item["bytes"], item["client"], float(item["since"]),
+                float(item["since_wall"]), float(item["last_listed"]), item["seen_listed"], item["lists_since"]))
+            self._publish_memory(item["group"])
+            log.info("group %s: memory of pid %d (%d bytes) still held from before the restart, until the driver "
+                     "frees it", item["group"], item["pid"], item["bytes"])
+
+    def _reclaim_notes(self, group: str, now: float) -> list[str]:
+        notes = []
+        for pending in self.ledger.pending_reclaims(group):
+            since = time.strftime("%H:%M:%S", time.localtime(pending.since_wall)) + f".{int(pending.since_wall * 1000) % 1000:03d}"
+            if pending.seen_listed:
+                how = "NVML still lists it"
+            else:
+                how = (f"NVML has not listed pid {pending.pid}: back by timeout at the latest in "
+                       f"{max(0.0, pending.deadline(self.ledger.reclaim_timeout) - now):.1f} s")
+            notes.append(f"memory of pid {pending.pid} ({pending.nbytes} bytes, client {pending.client}) held until "
+                         f"the driver frees it; waiting since {since} ({now - pending.since:.1f} s); {how}")
+        return notes
+
     # ---------------------------------------------------------------- bypass
     def check_gpu_processes(self, processes: list[GpuProcessUse], policy: str) -> list[Bypass]:
         """Compare NVML's process list with the attached clients and apply the
@@ -740,7 +893,10 @@ class Coordinator:
         kill: also SIGKILL). Each (pid, problem) is announced once."""
         attached = {session.pid: session.group for session in self.sessions.values()}
         quotas = {name: self.ledger.group_quota(name) for name in self.ledger.groups()}
-        found = [] if policy == "none" else find_bypass(processes, attached, quotas, frozenset({os.getpid()}))
+        # Departed processes whose memory is still charged to their group are known, not escaping.
+        departed = frozenset(p.pid for p in self.ledger.pending_reclaims())
+        found = [] if policy == "none" else find_bypass(processes, attached, quotas,
+                                                        frozenset({os.getpid()}) | departed)
         listed = []
         seen = set()
         for bypass in found:
@@ -784,6 +940,7 @@ class Coordinator:
 
     def _publish_memory(self, group: str) -> None:
         self.metrics.memory_used.labels(group).set(self.ledger.group_used(group))
+        self.metrics.memory_awaiting_driver.labels(group).set(self.ledger.group_pending(group))
 
     def _publish_clients(self, group: str) -> None:
         self.metrics.clients.labels(group).set(len(self._members.get(group, ())))
@@ -793,7 +950,10 @@ class Coordinator:
         if self._timer is not None:
             self._timer.cancel()
         for client_id in list(self.sessions):
-            self.detach(client_id, "tokend stopping")
+            # They keep their memory and re-declare it to the next daemon.
+            self.detach(client_id, "tokend stopping", hold_memory=False)
+        if self._reclaims_dirty or self.ledger.pending_reclaims():
+            self._save_reclaims_now()  # the next daemon holds them too
 
 
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9./_-]{0,62}")

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from .preempt_doorbell import FILE_NAME as DOORBELL_FILE_NAME
 from .preempt_doorbell import PreemptDoorbell
 from .gpu_discovery import GpuInfo, discover
 from .limits import Limits
+from .memory_ledger import DEFAULT_RECLAIM_TIMEOUT
 from .process_watch import list_gpu_processes
 from .metrics import TokendMetrics
 from .rpc_guard import GRPC_MAX_RECEIVE_BYTES, RpcGuard
@@ -36,6 +38,10 @@ from .state_store import GroupStore
 log = logging.getLogger("gslice.tokend")
 
 GAUGE_REFRESH_SECONDS = 1.0
+# While memory of departed processes awaits the driver, NVML's process list
+# is read this often: the memory is back within this (plus one query) of
+# NVML no longer listing the process (target: 50 ms).
+RECLAIM_POLL_SECONDS = 0.01
 STOP_GRACE_SECONDS = 1.0
 
 
@@ -60,6 +66,7 @@ class DaemonOptions:
     bypass_policy: str = "warn"   # none | warn | kill: processes on the GPU that escape gslice
     process_watch_seconds: float = 5.0  # 0: no NVML process watch
     preempt_doorbell: bool = True  # client.doorbell beside client.sock (tokend/preempt_doorbell.py)
+    reclaim_timeout: float = DEFAULT_RECLAIM_TIMEOUT  # s: a departed process's memory, when NVML cannot tell
 
 
 def _server_options(limits: Limits) -> list[tuple[str, int]]:
@@ -106,7 +113,7 @@ class TokenDaemon:
         store.prepare()
         metrics = TokendMetrics(gpu.uuid)
         coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout,
-                                  options.limits)
+                                  options.limits, reclaim_timeout=options.reclaim_timeout)
         coordinator.load_groups()
         coordinator.client_socket = str(self.client_socket.absolute())
         for directory in {self.socket_dir, self.client_socket_dir}:
@@ -172,12 +179,14 @@ class TokenDaemon:
                 loop.add_signal_handler(signum, self.request_stop)
             log.info("tokend ready: clients on %s, admin on %s", self.client_socket, self.admin_socket)
             refresher = asyncio.create_task(self._refresh_gauges(coordinator))
+            reclaim_watch = asyncio.create_task(self._watch_reclaims(coordinator))
             watcher = None
             if self.options.process_watch_seconds > 0 and self.options.fake_gpu is None:
                 watcher = asyncio.create_task(self._watch_processes(coordinator))
             await self._stop.wait()
             log.info("stopping")
             refresher.cancel()
+            reclaim_watch.cancel()
             if watcher is not None:
                 watcher.cancel()
             for _server, health_servicer in servers:
@@ -200,14 +209,44 @@ class TokenDaemon:
             log.info("stopped")
 
     async def _watch_processes(self, coordinator: Coordinator) -> None:
-        """NVML's process list, every process_watch_seconds, checked for bypass."""
+        """NVML's process list, every process_watch_seconds, checked for bypass
+        (and seen by the ledger: which attached pids NVML lists)."""
         while True:
             try:
+                taken_at = time.monotonic()
                 processes = await asyncio.to_thread(list_gpu_processes, coordinator.gpu.uuid)
+                coordinator.observe_gpu_processes([p.pid for p in processes], taken_at)
                 coordinator.check_gpu_processes(processes, self.options.bypass_policy)
             except Exception as exc:
                 log.warning("NVML process watch failed: %s", exc)
             await asyncio.sleep(self.options.process_watch_seconds)
+
+    async def _watch_reclaims(self, coordinator: Coordinator) -> None:
+        """While memory of departed processes awaits the driver: NVML's
+        process list every RECLAIM_POLL_SECONDS, handed to the ledger (the
+        rule is there); without NVML (--fake-gpu) only the timeouts run."""
+        nvml = self.options.fake_gpu is None
+        failures_logged = False
+        while True:
+            if not coordinator.has_pending_reclaims():
+                coordinator.reclaims_changed.clear()
+                await coordinator.reclaims_changed.wait()
+                continue
+            taken_at = time.monotonic()
+            pids = None
+            if nvml:
+                try:
+                    pids = [p.pid for p in await asyncio.to_thread(list_gpu_processes, coordinator.gpu.uuid)]
+                    failures_logged = False
+                except Exception as exc:
+                    if not failures_logged:
+                        log.warning("NVML process list failed (%s): pending reclaims end by timeout", exc)
+                        failures_logged = True
+            try:
+                coordinator.observe_gpu_processes(pids, taken_at)
+            except Exception:
+                log.exception("observing GPU processes for pending reclaims failed")
+            await asyncio.sleep(RECLAIM_POLL_SECONDS)
 
     @staticmethod
     async def _refresh_gauges(coordinator: Coordinator) -> None:

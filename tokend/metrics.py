@@ -35,15 +35,27 @@ class TokendMetrics:
             "gslice_unmanaged_processes", "Processes on the GPU that escape gslice (not attached, or over their "
             "group's memory quota), from NVML", ["problem"], registry=r)
         self.busy_fraction = Gauge("gslice_gpu_busy_fraction", "Token held over the window", registry=r)
+        self.memory_awaiting_driver = Gauge(
+            "gslice_group_memory_awaiting_driver_bytes", "Memory of the group's departed processes still charged "
+            "to it until the driver frees it (part of gslice_group_memory_used_bytes)", ["group"], registry=r)
+        self.memory_reclaimed = Counter(
+            "gslice_memory_reclaims", "Pending reclaims ended, by how: driver freed (NVML stopped listing the "
+            "process), timeout (NVML could not tell), superseded (the process attached again)", ["group", "how"],
+            registry=r)
         self.gpu_uuid = gpu_uuid
 
     def forget_group(self, group: str) -> None:
         """Drop a deleted group's labelled series so /metrics does not show ghosts."""
         for metric in (self.group_share, self.group_request, self.group_limit, self.memory_used, self.memory_quota,
                        self.clients, self.tokens_granted, self.token_wait, self.preemptions, self.expiries,
-                       self.memory_refused):
+                       self.memory_refused, self.memory_awaiting_driver):
             try:
                 metric.remove(group)
+            except KeyError:
+                pass
+        for how in ("driver freed", "timeout", "superseded"):
+            try:
+                self.memory_reclaimed.remove(group, how)
             except KeyError:
                 pass
 

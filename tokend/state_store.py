@@ -89,7 +89,8 @@ class GroupStore:
             os.chmod(self.state_dir, 0o700)
         except OSError as exc:
             raise StateError(f"cannot use state directory {self.state_dir}: {exc.strerror}") from None
-        for leftover in self.state_dir.glob(f"{_TEMP_PREFIX}*.tmp"):  # from a save a crash interrupted
+        leftovers = [*self.state_dir.glob(f"{_TEMP_PREFIX}*.tmp"), *self.state_dir.glob(".reclaims.json.*.tmp")]
+        for leftover in leftovers:  # from a save a crash interrupted
             try:
                 leftover.unlink()
                 log.info("removed %s, left by an interrupted save", leftover)
@@ -164,3 +165,62 @@ class GroupStore:
             # The current table is good (loaded or written by us): keep it as the backup.
             write_atomically(self.backup_path, self.path.read_bytes(), mode=0o600)
         write_atomically(self.path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600, sync_dir=True)
+
+
+RECLAIMS_FORMAT_VERSION = 1
+_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def _boot_id() -> str:
+    try:
+        return _BOOT_ID_PATH.read_text().strip()
+    except OSError:
+        return ""
+
+
+class ReclaimStore:
+    """Persists the pending reclaims (memory of departed processes the driver
+    has not freed yet, tokend/memory_ledger.py) in STATE_DIR/reclaims.json,
+    so a daemon restart does not hand that memory out early. Times are
+    CLOCK_MONOTONIC (time.monotonic), valid across a daemon restart on the
+    same boot; the file records the boot, and after a reboot its entries are
+    dropped (the GPU's memory was freed with the driver). No secrets: 0600
+    like groups.json all the same."""
+
+    def __init__(self, state_dir: str | os.PathLike):
+        self.path = Path(state_dir) / "reclaims.json"
+
+    def save(self, pending: list) -> None:
+        """`pending`: memory_ledger.PendingReclaim items."""
+        data = {"version": RECLAIMS_FORMAT_VERSION, "boot_id": _boot_id(),
+                "pending": [{"group": p.group, "pid": p.pid, "bytes": p.nbytes, "client": p.client,
+                             "since": p.since, "since_wall": p.since_wall, "last_listed": p.last_listed,
+                             "seen_listed": p.seen_listed, "lists_since": p.lists_since} for p in pending]}
+        write_atomically(self.path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o600, sync_dir=True)
+
+    def load(self) -> tuple[list[dict], str]:
+        """The stored entries (dicts with the fields save writes) and a note
+        for the operator ("" when all is well). An unreadable file is
+        reported and ignored: the memory it named comes back at once."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return [], ""
+        except (OSError, UnicodeDecodeError) as exc:
+            return [], f"cannot read {self.path} ({getattr(exc, 'strerror', None) or exc}); pending reclaims lost"
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("version") != RECLAIMS_FORMAT_VERSION:
+                raise ValueError(f"not a version {RECLAIMS_FORMAT_VERSION} reclaim table")
+            entries = data["pending"]
+            for item in entries:
+                for key, kind in (("group", str), ("pid", int), ("bytes", int), ("client", str), ("since", float),
+                                  ("since_wall", float), ("last_listed", float), ("seen_listed", bool),
+                                  ("lists_since", int)):
+                    if not isinstance(item.get(key), (int, float) if kind is float else kind):
+                        raise ValueError(f"entry {item!r} has no valid {key!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            return [], f"{self.path} is unusable ({exc}); pending reclaims lost"
+        if data.get("boot_id") != _boot_id():
+            return [], ""  # rebooted since: the driver freed everything
+        return entries, ""

@@ -104,7 +104,7 @@ def cmd_group_show(args) -> int:
     data = {**group_status.group.to_dict(), "share": group_status.share, "memory_used": group_status.memory_used,
             "over_quota": group_status.over_quota, "clients": group_status.clients, "waiting": group_status.waiting,
             "tokens_granted": group_status.tokens_granted, "preemptions": group_status.preemptions,
-            "note": group_status.note}
+            "memory_awaiting_driver": group_status.memory_awaiting_driver, "note": group_status.note}
     if secret is not None:
         data["secret"] = secret
     if args.json:

@@ -66,7 +66,8 @@ def status_text(status: Status) -> str:
              "PREEMPTED"],
             [[g.group.name, format_share(g.share), format_share(g.group.request), format_share(g.group.limit),
               g.group.priority.name.lower(),
-              f"{format_bytes(g.memory_used)}/{format_bytes(g.group.memory_quota)}" + (" OVER" if g.over_quota else ""),
+              f"{format_bytes(g.memory_used)}/{format_bytes(g.group.memory_quota)}" + (" OVER" if g.over_quota else "")
+              + (f" ({format_bytes(g.memory_awaiting_driver)} awaiting driver)" if g.memory_awaiting_driver else ""),
               str(g.clients), str(g.waiting), str(g.tokens_granted), str(g.preemptions)] for g in status.groups]))
         for g in status.groups:
             if g.group.labels:

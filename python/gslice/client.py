@@ -87,6 +87,7 @@ class GroupStatus:
     tokens_granted: int
     preemptions: int
     flagged: bool = False
+    memory_awaiting_driver: int = 0  # part of memory_used: departed processes' memory the driver has not freed
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class Status:
             holder_group=reply.holder_group, token_id=reply.token_id,
             waiting_client_ids=list(reply.waiting_client_ids),
             groups=[GroupStatus(Group.from_proto(g.group), g.share, g.memory_used, g.over_quota, g.clients,
-                                g.waiting, g.note, g.tokens_granted, g.preemptions, g.flagged) for g in reply.groups],
+                                g.waiting, g.note, g.tokens_granted, g.preemptions, g.flagged,
+                                g.memory_awaiting_driver) for g in reply.groups],
             clients=[ClientStatus(c.client_id, c.group, c.pid, c.process_name, c.holding, c.waiting, c.memory_used,
                                   c.attached_at) for c in reply.clients],
             busy_fraction=reply.busy_fraction, now=reply.now, decisions=reply.decisions,

@@ -1,5 +1,7 @@
-"""Client processes coming and going: kill -9 frees token and memory at once;
-revocations (priority preemption, expiry) reach the holder's Control stream."""
+"""Client processes coming and going: kill -9 frees the token at once and the
+memory when the driver has (here, by the reclaim timeout: the stand-in
+client never used the GPU, so NVML never lists it; the driver-gated case is
+tests/integration/test_memory_reclaim.py); revocations (priority preemption, expiry) reach the holder's Control stream."""
 from __future__ import annotations
 
 import json
@@ -33,9 +35,9 @@ def spawn(tmp_path):
         proc.stdout.close()
 
 
-def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, tmp_path):
+def test_kill_9_frees_the_token_at_once_and_the_memory_by_the_reclaim_timeout(tokend_factory, spawn, tmp_path):
     # A grace of 60 s: only the kill can free the token within the test.
-    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000", "--reclaim-timeout-ms", "1000"])
     admin = tokend.admin()
     victim_group = admin.create_group("victim", request=0.5, memory="1GiB")
     waiter_group = admin.create_group("waiter", request=0.5, memory="1GiB")
@@ -66,10 +68,14 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, 
     killed_at = time.monotonic()
     holder.kill()
     memory_back_at = None
-    while time.monotonic() - killed_at < 5:
-        if admin.status().group("victim").memory_used == 0:
+    notes = []
+    while time.monotonic() - killed_at < 10:
+        group = admin.status().group("victim")
+        if group.memory_used == 0:
             memory_back_at = time.monotonic()
             break
+        if group.note:
+            notes.append((group.memory_awaiting_driver, group.note))
         time.sleep(0.01)
     thread.join(timeout=20)
     assert granted_at, "the waiting client never got the token"
@@ -77,8 +83,14 @@ def test_kill_9_frees_token_and_memory_within_one_second(tokend_factory, spawn, 
     memory_delay = memory_back_at - killed_at if memory_back_at else None
     print(f"after kill -9: token to the waiter in {token_delay * 1e3:.1f} ms, memory back in "
           f"{memory_delay * 1e3 if memory_delay else float('nan'):.1f} ms")
-    assert memory_delay is not None and memory_delay < 1.0
     assert token_delay < 1.0
+    # NVML never listed the holder: its memory stayed charged, said so in
+    # status, and came back at the timeout, not before.
+    assert memory_delay is not None and memory_delay >= 1.0
+    awaiting, note = notes[0]
+    assert awaiting == 512 * MiB
+    assert f"memory of pid {held['pid']} ({512 * MiB} bytes, client {held['public_id']}) held until the driver " \
+           "frees it; waiting since" in note and "NVML has not listed" in note, note
     status = admin.status()
     assert status.holder_client_id == waiter.public_id
     assert [c.client_id for c in status.clients] == [waiter.public_id]
@@ -181,7 +193,10 @@ def test_token_not_released_in_time_expires(tokend_factory):
 
 
 def test_detach_during_wait_and_clean_detach_free_everything(tokend_factory):
-    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    # These clients run in the test process, which NVML never lists: with a
+    # reclaim timeout of 0 their memory is back at once (its own test:
+    # test_memory_reclaim.py).
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000", "--reclaim-timeout-ms", "0"])
     admin = tokend.admin()
     created = admin.create_group("g", request=0.5, memory="1GiB")
     holder = tokend.shim_client("g", created.secret)

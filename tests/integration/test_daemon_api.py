@@ -217,7 +217,8 @@ def test_delete_refused_while_clients_attached(tokend):
 
 
 def test_client_without_control_stream_is_detached(tokend_factory):
-    daemon = tokend_factory(extra_args=["--control-open-timeout", "0.5"])
+    # --reclaim-timeout-ms 0: the test process is not on the GPU, its memory comes back at once.
+    daemon = tokend_factory(extra_args=["--control-open-timeout", "0.5", "--reclaim-timeout-ms", "0"])
     admin = daemon.admin()
     created = admin.create_group("c", request=0.2, memory="1GiB")
     proc = daemon.shim_client("c", created.secret, open_control=False)

@@ -82,8 +82,10 @@ def test_unknown_group_and_wrong_secret_get_the_same_answer(tokend):
     channel.close()
 
 
-def test_rotating_the_secret_detaches_sessions_opened_with_the_old_one(tokend):
+def test_rotating_the_secret_detaches_sessions_opened_with_the_old_one(tokend_factory):
     """Finding 5: rotation left attached sessions valid."""
+    # --reclaim-timeout-ms 0: the test process is not on the GPU, its memory comes back at once.
+    tokend = tokend_factory(extra_args=["--reclaim-timeout-ms", "0"])
     admin = tokend.admin()
     created = admin.create_group("g", request=0.1, memory="1GiB")
     client = tokend.shim_client("g", created.secret)
@@ -96,8 +98,9 @@ def test_rotating_the_secret_detaches_sessions_opened_with_the_old_one(tokend):
     assert fresh.reserve(MiB).granted
 
 
-def test_operator_removes_one_client_by_its_public_id(tokend):
+def test_operator_removes_one_client_by_its_public_id(tokend_factory):
     """Finding 5: an operator could not remove a client."""
+    tokend = tokend_factory(extra_args=["--reclaim-timeout-ms", "0"])
     admin = tokend.admin()
     created = admin.create_group("g", request=0.1, memory="1GiB")
     victim = tokend.shim_client("g", created.secret)

@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from gslice.testing import wait_for
 from gslice.tokend import gpu_discovery
 from gslice.tokend.events import EventHub
 from gslice.tokend.gpu_discovery import GpuDiscoveryError, GpuInfo
@@ -149,7 +150,14 @@ def test_metrics_endpoint_shows_the_daemon_state(tokend):
     assert "gslice_group_share" in tokend.metrics_text()
     proc.detach()
     assert tokend.metric_value("gslice_group_clients", group="m") == 0
-    assert tokend.metric_value("gslice_group_memory_used_bytes", group="m") == 0
+    # The test process is not on the GPU (NVML never lists it): its memory
+    # stays charged until the reclaim timeout, and the metrics say so.
+    assert tokend.metric_value("gslice_group_memory_used_bytes", group="m") == 4096
+    assert tokend.metric_value("gslice_group_memory_awaiting_driver_bytes", group="m") == 4096
+    wait_for(lambda: tokend.metric_value("gslice_group_memory_used_bytes", group="m") == 0, timeout=10,
+             what="the reclaim timeout")
+    assert tokend.metric_value("gslice_group_memory_awaiting_driver_bytes", group="m") == 0
+    assert tokend.metric_value("gslice_memory_reclaims_total", group="m", how="timeout") == 1
 
 
 def test_daemon_started_with_parent_pid_exits_when_its_parent_is_killed(tmp_path):

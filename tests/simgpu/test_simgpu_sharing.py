@@ -1,7 +1,8 @@
 """One simulated GPU shared by several processes: kernels serialise on the
 engine, engine time is recorded per process, memory is one pool, a killed
 process neither wedges the engine nor keeps its memory, and NVML (through
-pynvml) sees it all."""
+pynvml) sees it all. A gone process's memory stays used, and NVML lists it,
+while its context is torn down (GSLICE_SIM_TEARDOWN_MS)."""
 from __future__ import annotations
 
 import json
@@ -53,7 +54,9 @@ def test_two_processes_serialise_and_busy_time_is_recorded_per_label(programs, p
 
 
 def test_killed_engine_holder_does_not_wedge_the_gpu_and_its_memory_returns(programs, processes, sim_name, parse):
-    environ = simgpu.env(sim_name, memory="2GiB")
+    # No teardown delay: the memory is back as soon as the death is noticed
+    # (the delay has its own test below).
+    environ = simgpu.env(sim_name, memory="2GiB", teardown_ms=0)
     holder = processes.start([programs["driver_check"], "hold", 256 * MiB, 60_000_000_000], environ)
     assert holder.stdout.readline().startswith("holding")
     with simgpu.SimGpu(sim_name) as gpu:
@@ -74,7 +77,7 @@ def test_killed_engine_holder_does_not_wedge_the_gpu_and_its_memory_returns(prog
 
 
 def test_memory_is_one_pool_across_processes_and_nvml_reports_it(programs, processes, sim_name, parse):
-    environ = simgpu.env(sim_name, memory="1GiB")
+    environ = simgpu.env(sim_name, memory="1GiB", teardown_ms=0)
     keeper = processes.start([programs["driver_check"], "keep", 768 * MiB], environ, stdin=subprocess.PIPE)
     assert keeper.stdout.readline().startswith("kept")
 
@@ -152,3 +155,61 @@ def test_busy_time_counts_the_kernel_running_now(programs, processes, sim_name):
     spinner.communicate(timeout=60)
     with simgpu.SimGpu(sim_name) as gpu:
         assert 2_000_000_000 <= gpu.busy_ns_by_label()["long"] < 3_000_000_000
+
+
+NVML_WATCH = textwrap.dedent("""
+    import json, sys, time, pynvml
+    pid = int(sys.argv[1])
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    def listed():
+        return {p.pid: p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}.get(pid)
+    first = listed()                       # this query notices the death: the teardown starts
+    noticed = time.monotonic()
+    print(json.dumps({"listed": first, "used": pynvml.nvmlDeviceGetMemoryInfo(h).used}), flush=True)
+    sys.stdin.readline()                   # the test tries its allocation meanwhile
+    while listed() is not None and time.monotonic() - noticed < 30:
+        time.sleep(0.002)
+    gone = time.monotonic()
+    print(json.dumps({"unlisted_after_ms": (gone - noticed) * 1e3, "used": pynvml.nvmlDeviceGetMemoryInfo(h).used}),
+          flush=True)
+""")
+
+
+def test_killed_process_memory_stays_used_and_listed_while_its_context_is_torn_down(programs, processes, sim_name,
+                                                                                     parse):
+    teardown_ms = 1500  # long beside process start-up on a busy machine, so the "during" checks run inside it
+    environ = simgpu.env(sim_name, memory="1GiB", teardown_ms=teardown_ms)
+    holder = processes.start([programs["driver_check"], "hold", 768 * MiB, 60_000_000_000], environ)
+    assert holder.stdout.readline().startswith("holding")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+
+    watch = processes.start([sys.executable, "-c", NVML_WATCH, str(holder.pid)], environ, stdin=subprocess.PIPE)
+    during = json.loads(watch.stdout.readline())
+    noticed = time.monotonic()
+    # Still listed with all its memory, and the device counts it as used.
+    assert during == {"listed": 768 * MiB, "used": 768 * MiB}
+    # An allocation that needs that memory fails as on a real GPU: CUDA_ERROR_OUT_OF_MEMORY (2).
+    refused = parse(processes.run([programs["driver_check"], "oom", 512 * MiB], environ).stdout)
+    within_teardown = time.monotonic() - noticed < teardown_ms / 1e3
+    assert within_teardown, "the allocation came after the teardown ended; the check proves nothing"
+    assert refused["result"] == "2" and refused["free"] == str(256 * MiB)
+    with simgpu.SimGpu(sim_name) as gpu:
+        assert gpu.teardown_ns == teardown_ms * 1_000_000
+        dead = gpu.process(holder.pid)
+        assert dead.tearing_down and not dead.alive and dead.memory_used == 768 * MiB
+        assert [p.out_of_memory for p in gpu.processes() if p.pid not in (holder.pid,)] == [1]
+
+    watch.stdin.write("go\n")
+    watch.stdin.flush()
+    after = json.loads(watch.stdout.readline())
+    watch.wait(timeout=10)
+    # Unlisted when the teardown time is up, and not before; the memory is free then.
+    assert teardown_ms - 5 <= after["unlisted_after_ms"] <= teardown_ms + 200, after
+    assert after["used"] == 0
+    granted = parse(processes.run([programs["driver_check"], "oom", 512 * MiB], environ).stdout)
+    assert granted["result"] == "0", granted
+    with simgpu.SimGpu(sim_name) as gpu:
+        dead = gpu.process(holder.pid)
+        assert not dead.tearing_down and dead.memory_used == 0

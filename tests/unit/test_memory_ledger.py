@@ -238,3 +238,116 @@ class LedgerMachine(RuleBasedStateMachine):
 
 TestLedgerMachine = LedgerMachine.TestCase
 TestLedgerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+# ---- memory of departed processes: back when the driver has freed it -------
+
+@pytest.fixture
+def departed():
+    """Group a (100 MiB): client a1 (pid 11) held 60 MiB and departed at t=10; a2 (pid 12) stays."""
+    ledger = MemoryLedger(reclaim_timeout=2.0)
+    ledger.set_group("a", 100 * MIB)
+    ledger.attach("a1", "a", pid=11)
+    ledger.attach("a2", "a", pid=12)
+    ledger.reserve("a1", 60 * MIB)
+    ledger.observe_gpu_processes([11, 12], taken_at=5.0)  # NVML lists both while attached
+    pending = ledger.detach_held("a1", "c1", now=10.0, wall=1000.0)
+    assert pending is not None and (pending.pid, pending.nbytes, pending.seen_listed) == (11, 60 * MIB, True)
+    return ledger
+
+
+def test_departed_memory_stays_charged_while_nvml_lists_the_process(departed):
+    assert departed.group_used("a") == 60 * MIB and departed.group_pending("a") == 60 * MIB
+    assert departed.observe_gpu_processes([11, 12], taken_at=10.1) == []
+    # Listed, so no timeout: the driver still holds it, however long that takes.
+    assert departed.observe_gpu_processes([11], taken_at=11.9) == []
+    assert departed.expire(13.8) == []
+    assert departed.group_used("a") == 60 * MIB
+
+
+def test_departed_memory_comes_back_at_the_first_list_without_the_process(departed):
+    departed.observe_gpu_processes([11, 12], taken_at=10.05)
+    [reclaimed] = departed.observe_gpu_processes([12], taken_at=10.13)
+    assert (reclaimed.how, reclaimed.at, reclaimed.pending.nbytes) == ("driver freed", 10.13, 60 * MIB)
+    assert departed.group_used("a") == 0 and departed.group_pending("a") == 0
+    assert departed.pending_reclaims() == []
+
+
+def test_a_list_taken_before_the_departure_proves_nothing(departed):
+    assert departed.observe_gpu_processes([12], taken_at=9.99) == []  # began before a1 left
+    assert departed.group_pending("a") == 60 * MIB
+
+
+def test_a_pid_nvml_never_listed_comes_back_by_the_timeout_and_not_before():
+    ledger = MemoryLedger(reclaim_timeout=2.0)
+    ledger.set_group("a", 100 * MIB)
+    ledger.attach("a1", "a", pid=77)  # e.g. its pid in another pid namespace
+    ledger.reserve("a1", 10 * MIB)
+    ledger.detach_held("a1", "c1", now=10.0, wall=0.0)
+    assert ledger.observe_gpu_processes([5, 6], taken_at=10.01) == []  # absent, but never seen: proves nothing
+    assert ledger.next_reclaim_deadline() == 12.0
+    assert ledger.expire(11.999) == []
+    [reclaimed] = ledger.observe_gpu_processes([5, 6], taken_at=12.0)
+    assert reclaimed.how == "timeout" and "NVML never listed pid 77" in reclaimed.reason
+    assert ledger.group_used("a") == 0
+
+
+def test_without_any_nvml_list_the_timeout_runs_from_the_departure_or_the_last_listing(departed):
+    departed.observe_gpu_processes([11], taken_at=10.5)      # listed after it left; then NVML fails
+    assert departed.observe_gpu_processes(None, taken_at=12.4) == []  # 2 s from the departure: not yet
+    [reclaimed] = departed.observe_gpu_processes(None, taken_at=12.5)
+    assert reclaimed.how == "timeout" and "listed pid 11 last" in reclaimed.reason
+    ledger = MemoryLedger(reclaim_timeout=1.0)
+    ledger.set_group("a", MIB)
+    ledger.attach("x", "a", pid=3)
+    ledger.reserve("x", 1)
+    ledger.detach_held("x", "c9", now=0.0, wall=0.0)
+    [reclaimed] = ledger.expire(1.0)
+    assert reclaimed.reason.endswith("NVML gave no process list")
+
+
+def test_a_reservation_that_fits_after_pending_reclaims_is_told_to_wait_not_refused(departed):
+    assert departed.reserve("a2", 50 * MIB) == Reservation(False, 60 * MIB, 100 * MIB)  # plain: refused
+    assert departed.refusals("a") == 1
+    assert departed.reserve("a2", 50 * MIB, can_wait=True) == Reservation(False, 60 * MIB, 100 * MIB, wait=True)
+    assert departed.refusals("a") == 1  # a wait is not a refusal
+    # Over the quota even once everything is back: refused, no wait.
+    assert departed.reserve("a2", 101 * MIB, can_wait=True).wait is False
+    departed.observe_gpu_processes([12], taken_at=10.2)
+    assert departed.reserve("a2", 50 * MIB, can_wait=True) == Reservation(True, 50 * MIB, 100 * MIB)
+
+
+def test_the_same_process_attaching_again_with_its_memory_supersedes_its_pending_reclaim(departed):
+    [superseded] = departed.attach("a1-again", "a", declared=60 * MIB, pid=11, now=10.2)
+    assert superseded.how == "superseded"
+    assert departed.group_used("a") == 60 * MIB and departed.group_pending("a") == 0
+    # A fresh process that happens to get pid 11 (declares nothing) does not.
+    departed.detach_held("a1-again", "c3", now=11.0, wall=0.0)
+    assert departed.attach("new", "a", declared=0, pid=11, now=11.1) == []
+    assert departed.group_pending("a") == 60 * MIB
+
+
+def test_a_group_with_pending_reclaims_cannot_be_removed(departed):
+    departed.detach("a2")
+    with pytest.raises(FailedPrecondition, match=r"group 'a' still has 62914560 bytes of departed processes "
+                                                 r"\(pids 11\) that the driver has not freed yet"):
+        departed.remove_group("a")
+
+
+def test_pending_reclaims_restored_after_a_restart_are_charged_again(departed):
+    [pending] = departed.pending_reclaims()
+    fresh = MemoryLedger(reclaim_timeout=2.0)
+    fresh.set_group("a", 100 * MIB)
+    fresh.restore_pending(pending)
+    assert fresh.group_used("a") == fresh.group_pending("a") == 60 * MIB
+    [reclaimed] = fresh.observe_gpu_processes([], taken_at=10.3)  # it was seen listed: absent means freed
+    assert reclaimed.how == "driver freed"
+
+
+def test_zero_timeout_gives_the_memory_back_at_once():
+    ledger = MemoryLedger(reclaim_timeout=0.0)
+    ledger.set_group("a", MIB)
+    ledger.attach("x", "a", pid=3)
+    ledger.reserve("x", 10)
+    ledger.detach_held("x", "c1", now=5.0, wall=0.0)
+    assert [r.how for r in ledger.expire(5.0)] == ["timeout"]
