@@ -80,6 +80,14 @@ void gs_gate_note_fed(gs_gate *g);
 void gs_gate_kernel_lengths_fork_child(gs_gate *g);
 
 /* queue_bound.c */
+/* Launches the slow path lets through before the next check (the
+ * checkpoint interval, shortened while another group wants the GPU). */
+int32_t gs_gate_batch_launches(gs_gate *g, int32_t interval);
+/* The bound's arithmetic, pure (see queue_bound.c). */
+uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately);
+uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, bool contended,
+                                     bool preempted_lately);
+int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended);
 uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted);
 
 #endif

@@ -243,16 +243,19 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     tls_contiguous = false;
     while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
         wait_oldest_locked(g);
-    /* Earlier work done: this launch's kernel is running or about to. */
-    uint32_t work_us = 0;
-    if (work) {
+    /* Earlier work done: what this checkpoint closes is all that is queued
+     * (running or about to): in GPU time, the launch's own estimate when it
+     * closes one launch, else its launches at the process's GPU time per
+     * launch (kernels, graphs, copies and fills alike). */
+    uint64_t work_us = 0;
+    if (work && launches == 1) {
         gs_work_estimate *e = estimate_slot(g, work);
         work_us = e->work == work ? e->gpu_us : 0;
     }
     if (!work_us)
-        work_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+        work_us = (uint64_t)(launches ? launches : 1) * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
     /* Atomic: the keeper reads it under g->mu, not checkpoint_mu. */
-    __atomic_store_n(&g->newest_end_ns, gs_gate_monotonic_ns() + (uint64_t)work_us * 1000ull, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->newest_end_ns, gs_gate_monotonic_ns() + work_us * 1000ull, __ATOMIC_RELAXED);
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {

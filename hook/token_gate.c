@@ -245,7 +245,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
             pthread_cond_wait(&g->changed, &g->mu);
     }
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
-    int32_t interval = atomic_load_explicit(&g->interval, memory_order_relaxed);
+    int32_t interval = gs_gate_batch_launches(g, atomic_load_explicit(&g->interval, memory_order_relaxed));
     pthread_mutex_unlock(&g->mu);
     gs_tls_countdown = interval;
     t->gate = g;
