@@ -418,8 +418,8 @@ uint64_t sim_memory_used(struct sim_device_shared *dev) {
  * look (SIM_ENGINE_POLL_NS) and its turn ends. */
 
 /* Calibrated against an H100 (simgpu/README.md, "Contexts on the engine"). */
-#define SIM_DEFAULT_TIMESLICE_US 1000u
-#define SIM_DEFAULT_CTX_SWITCH_US 30u
+#define SIM_DEFAULT_TIMESLICE_US 2090u
+#define SIM_DEFAULT_CTX_SWITCH_US 300u
 /* How long a waiter sleeps before looking for a dead holder or owner. */
 #define SIM_ENGINE_POLL_NS 20000000ull
 
@@ -545,6 +545,7 @@ static void switch_locked(struct sim_device_shared *dev, uint32_t to, uint64_t n
         __atomic_fetch_add(&dev->slots[to - 1].slices, 1, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&dev->ctx_owner, to, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->ctx_owner_drained, 0u, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->ctx_ready_ns, now + cost, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->ctx_slice_end_ns, now + cost + dev->ctx_timeslice_ns, __ATOMIC_RELAXED);
     bump_locked(dev);
@@ -601,10 +602,15 @@ static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_pro
             }
             if (owner == me) {
                 if (now >= ready) {
-                    /* Alone past its slice: a new slice starts (boundaries come every slice). */
-                    if (slice && now >= slice_end)
+                    /* Work after its queue ran empty starts a new slice; alone past its
+                     * slice, the next one starts where that ended (a boundary every slice). */
+                    if (dev->ctx_owner_drained) {
+                        __atomic_store_n(&dev->ctx_slice_end_ns, now + slice, __ATOMIC_RELAXED);
+                        __atomic_store_n(&dev->ctx_owner_drained, 0u, __ATOMIC_RELAXED);
+                    } else if (slice && now >= slice_end) {
                         __atomic_store_n(&dev->ctx_slice_end_ns, slice_end + ((now - slice_end) / slice + 1) * slice,
                                          __ATOMIC_RELAXED);
+                    }
                     end_wait_locked(dev, slot);
                     __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
                     note_engine_start(dev, slot->pid, now);
@@ -695,6 +701,8 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
             }
             uint64_t queued = __atomic_load_n(&slot->queued_work, __ATOMIC_RELAXED);
             if (queued) __atomic_store_n(&slot->queued_work, queued - 1, __ATOMIC_RELAXED);
+            if (queued <= 1 && __atomic_load_n(&slot->engine_waiting, __ATOMIC_RELAXED) == 0)
+                __atomic_store_n(&dev->ctx_owner_drained, 1u, __ATOMIC_RELAXED);
             bump_locked(dev);
             unlock_shared(&dev->engine);
             break;

@@ -118,7 +118,7 @@ struct sim_device_shared {
     uint32_t ctx_timeslice_ns;  /* GSLICE_SIM_TIMESLICE_US (0: a context keeps the engine until its queue drains) */
     uint32_t ctx_switch_ns;     /* GSLICE_SIM_CTX_SWITCH_US */
     uint32_t ctx_preempt;       /* GSLICE_SIM_PREEMPT: 1: a running kernel is stopped at its slice's end */
-    uint32_t reserved_v3;
+    uint32_t ctx_owner_drained; /* the owner's queue ran empty: its next work starts a new slice */
     struct sim_timeline_bucket timeline[SIM_TIMELINE_BUCKETS];
     sim_shared_mutex engine;    /* guards the engine's state (holder, owner context, slices); held briefly */
     sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */

@@ -181,7 +181,7 @@ class _Device(ctypes.Structure):
         ("ctx_timeslice_ns", ctypes.c_uint32),
         ("ctx_switch_ns", ctypes.c_uint32),
         ("ctx_preempt", ctypes.c_uint32),
-        ("reserved_v3", ctypes.c_uint32),
+        ("ctx_owner_drained", ctypes.c_uint32),
         ("timeline", _Bucket * 32),
         ("engine", ctypes.c_ubyte * 64),
         ("registry", ctypes.c_ubyte * 64),
