@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "Handoff", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env",
+__all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "EngineModel", "Handoff", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env",
            "lib_dir", "shm_path", "unlink"]
 
 DEFAULT_NAME = "default"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 HANDOFF_RING = 4096  # handoff records the segment keeps (SIM_HANDOFF_RING)
 _MAGIC = 0x4753494D47505531
 _MAX_PROCESSES = 256
@@ -67,7 +67,8 @@ def shm_path(name: str = DEFAULT_NAME) -> Path:
 
 def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: float | None = None,
         label: str | None = None, base: Mapping[str, str] | None = None,
-        context_memory: int | str | None = 0) -> dict[str, str]:
+        context_memory: int | str | None = 0, timeslice_us: int | None = None, switch_us: int | None = None,
+        preempt: bool | None = None) -> dict[str, str]:
     """Environment for a process that should run on simulated GPU `name`.
 
     memory: device memory (bytes or "16GiB"); only the process that creates
@@ -78,6 +79,10 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
     (GSLICE_SIM_CONTEXT_MEMORY). The library's own default is 256 MiB; this
     helper passes 0 unless told otherwise, so tests that count exact bytes
     stay exact; None leaves the library default.
+    timeslice_us, switch_us, preempt: how contexts share the engine
+    (GSLICE_SIM_TIMESLICE_US, GSLICE_SIM_CTX_SWITCH_US, GSLICE_SIM_PREEMPT;
+    applied by the process that creates the segment; None: the library's
+    calibrated defaults).
     """
     result = dict(os.environ if base is None else base)
     libs = str(lib_dir())
@@ -99,6 +104,13 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
                 isinstance(context_memory, int) and context_memory < 0):
             raise ValueError(f"context_memory {context_memory!r} is not a size; expected bytes >= 0 or e.g. '256MiB'")
         result["GSLICE_SIM_CONTEXT_MEMORY"] = str(context_memory)
+    for variable, value in (("GSLICE_SIM_TIMESLICE_US", timeslice_us), ("GSLICE_SIM_CTX_SWITCH_US", switch_us)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{variable} {value!r} must be whole microseconds >= 0")
+            result[variable] = str(value)
+    if preempt is not None:
+        result["GSLICE_SIM_PREEMPT"] = "1" if preempt else "0"
     return result
 
 
@@ -121,7 +133,11 @@ class _Slot(ctypes.Structure):
         ("exited_ns", ctypes.c_uint64),
         ("engine_waiting", ctypes.c_uint32),
         ("reserved0", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 4),
+        # layout version 3
+        ("queued_work", ctypes.c_uint64),
+        ("waiting_since_ns", ctypes.c_uint64),
+        ("slices", ctypes.c_uint64),
+        ("preempted", ctypes.c_uint64),
     ]
 
 
@@ -155,7 +171,17 @@ class _Device(ctypes.Structure):
         ("engine_busy_since_ns", ctypes.c_uint64),
         ("engine_courtesy_waiters", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 7),
+        # layout version 3: contexts on the engine
+        ("ctx_owner", ctypes.c_uint32),
+        ("sched_seq", ctypes.c_uint32),
+        ("ctx_slice_end_ns", ctypes.c_uint64),
+        ("ctx_ready_ns", ctypes.c_uint64),
+        ("ctx_switches", ctypes.c_uint64),
+        ("ctx_preemptions", ctypes.c_uint64),
+        ("ctx_timeslice_ns", ctypes.c_uint32),
+        ("ctx_switch_ns", ctypes.c_uint32),
+        ("ctx_preempt", ctypes.c_uint32),
+        ("ctx_owner_drained", ctypes.c_uint32),
         ("timeline", _Bucket * 32),
         ("engine", ctypes.c_ubyte * 64),
         ("registry", ctypes.c_ubyte * 64),
@@ -195,6 +221,17 @@ class SimProcess:
     last_activity_ns: int
     attached_ns: int
     exited_ns: int
+    slices: int = 0           # times the engine switched to its context
+    preempted: int = 0        # its kernels stopped at a slice end (and resumed later)
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """How the simulated GPU shares its engine between contexts (set by the
+    process that created it: GSLICE_SIM_TIMESLICE_US, _CTX_SWITCH_US, _PREEMPT)."""
+    timeslice_ns: int   # 0: a context keeps the engine until its queue drains
+    switch_ns: int      # engine time a switch to another context costs
+    preempt: bool       # a kernel running at its slice's end is stopped there
 
 
 @dataclass(frozen=True)
@@ -277,6 +314,18 @@ class SimGpu:
     def engine_holder_pid(self) -> int:
         return self._snapshot().engine_holder_pid
 
+    def engine_model(self) -> EngineModel:
+        view = self._snapshot()
+        return EngineModel(view.ctx_timeslice_ns, view.ctx_switch_ns, bool(view.ctx_preempt))
+
+    def context_switches(self) -> int:
+        """Switches of the engine from one context to another."""
+        return self._snapshot().ctx_switches
+
+    def preemptions(self) -> int:
+        """Kernels stopped at a slice end so that another context could run."""
+        return self._snapshot().ctx_preemptions
+
     # -- handoffs -----------------------------------------------------------
     def handoff_count(self) -> int:
         """Handoffs between processes since the device was created (never
@@ -324,7 +373,8 @@ class SimGpu:
                 busy_ns=slot.busy_ns, kernels_launched=slot.kernels_launched,
                 kernels_completed=slot.kernels_completed, memory_used=slot.memory_used,
                 memory_peak=slot.memory_peak, first_activity_ns=slot.first_activity_ns,
-                last_activity_ns=slot.last_activity_ns, attached_ns=slot.attached_ns, exited_ns=slot.exited_ns))
+                last_activity_ns=slot.last_activity_ns, attached_ns=slot.attached_ns, exited_ns=slot.exited_ns,
+                slices=slot.slices, preempted=slot.preempted))
         return result
 
     def process(self, pid: int) -> SimProcess:
