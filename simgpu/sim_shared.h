@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SIM_SHM_MAGIC 0x4753494d47505531ull /* "GSIMGPU1" */
-#define SIM_LAYOUT_VERSION 2u
+#define SIM_LAYOUT_VERSION 3u
 #define SIM_MAX_PROCESSES 256
 #define SIM_LABEL_BYTES 64
 #define SIM_NAME_BYTES 96
@@ -37,8 +37,6 @@ enum sim_slot_state {
     SIM_SLOT_FREE = 0,   /* never used, or recycled */
     SIM_SLOT_LIVE = 1,   /* process attached and (as far as we know) alive */
     SIM_SLOT_EXITED = 2, /* process gone; its memory was given back, counters kept for readers */
-    SIM_SLOT_TEARDOWN = 3, /* process gone, its context still being torn down: memory still used and
-                            * NVML still lists it, until exited_ns + teardown_ns (then EXITED) */
 };
 
 /* A pthread mutex padded to a fixed size so the layout does not depend on
@@ -63,10 +61,15 @@ struct sim_process_slot {
     uint64_t first_activity_ns; /* CLOCK_MONOTONIC of its first kernel start, 0 if none */
     uint64_t last_activity_ns;  /* CLOCK_MONOTONIC of its last kernel end */
     uint64_t attached_ns;       /* CLOCK_MONOTONIC when the slot was claimed */
-    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone (teardown began), 0 while live */
+    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone, 0 while live */
     uint32_t engine_waiting;    /* its threads now waiting for the engine */
-    uint32_t out_of_memory;     /* its allocations the device refused for want of free memory */
-    uint64_t reserved[4];
+    uint32_t reserved0;
+    /* Layout version 3: its context on the engine (see sim_device.c). */
+    uint64_t queued_work;       /* engine items (kernels, device-side copies) queued and not finished: the
+                                 * context has work, as its channels would on a GPU */
+    uint64_t waiting_since_ns;  /* CLOCK_MONOTONIC since when a thread of it waits for the engine, 0: none */
+    uint64_t slices;            /* times the engine switched to this context */
+    uint64_t preempted;         /* its kernels stopped at a time-slice boundary (resumed later) */
 };
 
 struct sim_timeline_bucket {
@@ -102,12 +105,22 @@ struct sim_device_shared {
     uint32_t engine_waiters;    /* threads of live processes waiting for the engine */
     uint64_t engine_acquisitions;
     uint64_t engine_busy_since_ns; /* start of the kernel running now, 0 when idle */
-    uint32_t engine_courtesy_waiters; /* releasers stepping aside for a waiter (see sim_device.c) */
+    uint32_t engine_courtesy_waiters; /* unused since layout version 3 (was: releasers stepping aside) */
     uint32_t reserved32;
-    uint64_t teardown_ns;       /* how long a gone process's memory stays used (GSLICE_SIM_TEARDOWN_MS) */
-    uint64_t reserved[6];
+    /* Layout version 3: contexts take turns on the engine (sim_device.c).
+     * Written under the engine mutex. */
+    uint32_t ctx_owner;         /* slot index + 1 of the context that has the engine (0: none yet) */
+    uint32_t sched_seq;         /* futex word: bumped on every release and switch */
+    uint64_t ctx_slice_end_ns;  /* CLOCK_MONOTONIC end of the owner's time slice */
+    uint64_t ctx_ready_ns;      /* the switch to the owner completes: its work may start */
+    uint64_t ctx_switches;      /* switches from one context to another */
+    uint64_t ctx_preemptions;   /* kernels stopped at a slice boundary */
+    uint32_t ctx_timeslice_ns;  /* GSLICE_SIM_TIMESLICE_US (0: a context keeps the engine until its queue drains) */
+    uint32_t ctx_switch_ns;     /* GSLICE_SIM_CTX_SWITCH_US */
+    uint32_t ctx_preempt;       /* GSLICE_SIM_PREEMPT: 1: a running kernel is stopped at its slice's end */
+    uint32_t ctx_owner_drained; /* the owner's queue ran empty: its next work starts a new slice */
     struct sim_timeline_bucket timeline[SIM_TIMELINE_BUCKETS];
-    sim_shared_mutex engine;    /* held while a kernel runs: the GPU executes one at a time */
+    sim_shared_mutex engine;    /* guards the engine's state (holder, owner context, slices); held briefly */
     sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */
     struct sim_process_slot slots[SIM_MAX_PROCESSES];
     /* Layout version 2: engine handoffs between processes, appended so the
