@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SIM_SHM_MAGIC 0x4753494d47505531ull /* "GSIMGPU1" */
-#define SIM_LAYOUT_VERSION 3u
+#define SIM_LAYOUT_VERSION 4u
 #define SIM_MAX_PROCESSES 256
 #define SIM_LABEL_BYTES 64
 #define SIM_NAME_BYTES 96
@@ -37,6 +37,8 @@ enum sim_slot_state {
     SIM_SLOT_FREE = 0,   /* never used, or recycled */
     SIM_SLOT_LIVE = 1,   /* process attached and (as far as we know) alive */
     SIM_SLOT_EXITED = 2, /* process gone; its memory was given back, counters kept for readers */
+    SIM_SLOT_TEARDOWN = 3, /* process gone, its context still being torn down: memory still used and
+                            * NVML still lists it, until exited_ns + teardown_ns (then EXITED) */
 };
 
 /* A pthread mutex padded to a fixed size so the layout does not depend on
@@ -61,9 +63,9 @@ struct sim_process_slot {
     uint64_t first_activity_ns; /* CLOCK_MONOTONIC of its first kernel start, 0 if none */
     uint64_t last_activity_ns;  /* CLOCK_MONOTONIC of its last kernel end */
     uint64_t attached_ns;       /* CLOCK_MONOTONIC when the slot was claimed */
-    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone, 0 while live */
+    uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone (teardown began), 0 while live */
     uint32_t engine_waiting;    /* its threads now waiting for the engine */
-    uint32_t reserved0;
+    uint32_t out_of_memory;     /* its allocations the device refused for want of free memory */
     /* Layout version 3: its context on the engine (see sim_device.c). */
     uint64_t queued_work;       /* engine items (kernels, device-side copies) queued and not finished: the
                                  * context has work, as its channels would on a GPU */
@@ -107,6 +109,7 @@ struct sim_device_shared {
     uint64_t engine_busy_since_ns; /* start of the kernel running now, 0 when idle */
     uint32_t engine_courtesy_waiters; /* unused since layout version 3 (was: releasers stepping aside) */
     uint32_t reserved32;
+    uint64_t teardown_ns;       /* how long a gone process's memory stays used (GSLICE_SIM_TEARDOWN_MS) */
     /* Layout version 3: contexts take turns on the engine (sim_device.c).
      * Written under the engine mutex. */
     uint32_t ctx_owner;         /* slot index + 1 of the context that has the engine (0: none yet) */

@@ -30,14 +30,14 @@ __all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "EngineModel", "Han
            "lib_dir", "shm_path", "unlink"]
 
 DEFAULT_NAME = "default"
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 HANDOFF_RING = 4096  # handoff records the segment keeps (SIM_HANDOFF_RING)
 _MAGIC = 0x4753494D47505531
 _MAX_PROCESSES = 256
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _LIB_DIR = Path(__file__).resolve().parent
 
-SLOT_FREE, SLOT_LIVE, SLOT_EXITED = 0, 1, 2
+SLOT_FREE, SLOT_LIVE, SLOT_EXITED, SLOT_TEARDOWN = 0, 1, 2, 3  # enum sim_slot_state
 
 
 class SimGpuNotBuilt(RuntimeError):
@@ -67,8 +67,8 @@ def shm_path(name: str = DEFAULT_NAME) -> Path:
 
 def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: float | None = None,
         label: str | None = None, base: Mapping[str, str] | None = None,
-        context_memory: int | str | None = 0, timeslice_us: int | None = None, switch_us: int | None = None,
-        preempt: bool | None = None) -> dict[str, str]:
+        context_memory: int | str | None = 0, teardown_ms: float | None = None, timeslice_us: int | None = None,
+        switch_us: int | None = None, preempt: bool | None = None) -> dict[str, str]:
     """Environment for a process that should run on simulated GPU `name`.
 
     memory: device memory (bytes or "16GiB"); only the process that creates
@@ -79,6 +79,9 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
     (GSLICE_SIM_CONTEXT_MEMORY). The library's own default is 256 MiB; this
     helper passes 0 unless told otherwise, so tests that count exact bytes
     stay exact; None leaves the library default.
+    teardown_ms: how long a gone process's memory stays used, NVML still
+    listing it (GSLICE_SIM_TEARDOWN_MS; the library's default is 130, as
+    measured on an H100); like memory, only the segment's creator applies it.
     timeslice_us, switch_us, preempt: how contexts share the engine
     (GSLICE_SIM_TIMESLICE_US, GSLICE_SIM_CTX_SWITCH_US, GSLICE_SIM_PREEMPT;
     applied by the process that creates the segment; None: the library's
@@ -99,6 +102,10 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
         result["GSLICE_SIM_KERNEL_US"] = repr(float(kernel_us))
     if label is not None:
         result["GSLICE_SIM_LABEL"] = label
+    if teardown_ms is not None:
+        if isinstance(teardown_ms, bool) or not isinstance(teardown_ms, (int, float)) or not teardown_ms >= 0:
+            raise ValueError(f"teardown_ms {teardown_ms!r} must be a duration in milliseconds >= 0")
+        result["GSLICE_SIM_TEARDOWN_MS"] = repr(float(teardown_ms))
     if context_memory is not None:
         if isinstance(context_memory, bool) or not isinstance(context_memory, (int, str)) or (
                 isinstance(context_memory, int) and context_memory < 0):
@@ -132,7 +139,7 @@ class _Slot(ctypes.Structure):
         ("attached_ns", ctypes.c_uint64),
         ("exited_ns", ctypes.c_uint64),
         ("engine_waiting", ctypes.c_uint32),
-        ("reserved0", ctypes.c_uint32),
+        ("out_of_memory", ctypes.c_uint32),
         # layout version 3
         ("queued_work", ctypes.c_uint64),
         ("waiting_since_ns", ctypes.c_uint64),
@@ -171,6 +178,7 @@ class _Device(ctypes.Structure):
         ("engine_busy_since_ns", ctypes.c_uint64),
         ("engine_courtesy_waiters", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
+        ("teardown_ns", ctypes.c_uint64),
         # layout version 3: contexts on the engine
         ("ctx_owner", ctypes.c_uint32),
         ("sched_seq", ctypes.c_uint32),
@@ -215,12 +223,14 @@ class SimProcess:
     busy_ns: int              # engine time its kernels held
     kernels_launched: int
     kernels_completed: int
-    memory_used: int          # bytes held now (0 once exited)
+    memory_used: int          # bytes held now (kept while its context is torn down, 0 once exited)
     memory_peak: int
     first_activity_ns: int    # CLOCK_MONOTONIC (time.monotonic_ns()), 0 if it ran no kernel
     last_activity_ns: int
     attached_ns: int
-    exited_ns: int
+    exited_ns: int            # when it was seen gone (its teardown began), 0 while alive
+    tearing_down: bool = False  # gone, its memory still used and NVML still listing it
+    out_of_memory: int = 0    # its allocations the device refused for want of free memory
     slices: int = 0           # times the engine switched to its context
     preempted: int = 0        # its kernels stopped at a slice end (and resumed later)
 
@@ -301,9 +311,15 @@ class SimGpu:
         return self._snapshot().name.decode()
 
     def memory_used(self) -> int:
-        """Bytes counted as used (dead processes are subtracted once a
-        simulator process or NVML query notices them)."""
+        """Bytes counted as used (a dead process's memory is subtracted once
+        a simulator process or NVML query has noticed it and its teardown
+        time has passed)."""
         return self._snapshot().memory_used
+
+    @property
+    def teardown_ns(self) -> int:
+        """How long a gone process's memory stays used (GSLICE_SIM_TEARDOWN_MS)."""
+        return self._snapshot().teardown_ns
 
     def total_busy_ns(self) -> int:
         return self._snapshot().busy_ns
@@ -374,6 +390,7 @@ class SimGpu:
                 kernels_completed=slot.kernels_completed, memory_used=slot.memory_used,
                 memory_peak=slot.memory_peak, first_activity_ns=slot.first_activity_ns,
                 last_activity_ns=slot.last_activity_ns, attached_ns=slot.attached_ns, exited_ns=slot.exited_ns,
+                tearing_down=state == SLOT_TEARDOWN, out_of_memory=slot.out_of_memory,
                 slices=slot.slices, preempted=slot.preempted))
         return result
 

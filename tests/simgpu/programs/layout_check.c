@@ -17,6 +17,7 @@ int main(void) {
     FIELD(sim_device_shared, kernels);
     FIELD(sim_device_shared, engine_holder_pid);
     FIELD(sim_device_shared, engine_busy_since_ns);
+    FIELD(sim_device_shared, teardown_ns);
     FIELD(sim_device_shared, timeline);
     FIELD(sim_device_shared, engine);
     FIELD(sim_device_shared, registry);
@@ -42,6 +43,7 @@ int main(void) {
     FIELD(sim_process_slot, memory_peak);
     FIELD(sim_process_slot, exited_ns);
     FIELD(sim_process_slot, engine_waiting);
+    FIELD(sim_process_slot, out_of_memory);
     FIELD(sim_process_slot, queued_work);
     FIELD(sim_process_slot, waiting_since_ns);
     FIELD(sim_process_slot, slices);
