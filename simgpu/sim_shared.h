@@ -138,13 +138,13 @@ struct sim_device_shared {
 
 /* Offsets the Python mirror relies on; a change here must change it too. */
 _Static_assert(sizeof(struct sim_process_slot) == 192, "slot layout changed");
-_Static_assert(offsetof(struct sim_device_shared, timeline) == 360, "header layout changed");
-_Static_assert(offsetof(struct sim_device_shared, engine) == 872, "header layout changed");
-_Static_assert(offsetof(struct sim_device_shared, slots) == 1000, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, timeline) == 368, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine) == 880, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, slots) == 1008, "header layout changed");
 _Static_assert(sizeof(struct sim_handoff) == 24, "handoff record layout changed");
-_Static_assert(offsetof(struct sim_device_shared, engine_last_pid) == 50152, "handoff fields moved");
-_Static_assert(offsetof(struct sim_device_shared, handoff_count) == 50168, "handoff fields moved");
-_Static_assert(offsetof(struct sim_device_shared, handoffs) == 50176, "handoff fields moved");
-_Static_assert(sizeof(struct sim_device_shared) == 148480, "layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine_last_pid) == 50160, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoff_count) == 50176, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoffs) == 50184, "handoff fields moved");
+_Static_assert(sizeof(struct sim_device_shared) == 148488, "layout changed");
 
 #endif

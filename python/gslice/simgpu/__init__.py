@@ -205,11 +205,11 @@ class _Device(ctypes.Structure):
 
 # The C side asserts the same numbers (sim_shared.h _Static_asserts).
 assert ctypes.sizeof(_Slot) == 192
-assert _Device.timeline.offset == 360 and _Device.engine.offset == 872 and _Device.slots.offset == 1000
+assert _Device.timeline.offset == 368 and _Device.engine.offset == 880 and _Device.slots.offset == 1008
 assert ctypes.sizeof(_Handoff) == 24
-assert _Device.engine_last_pid.offset == 50152 and _Device.handoff_count.offset == 50168
-assert _Device.handoffs.offset == 50176
-assert ctypes.sizeof(_Device) == 148480
+assert _Device.engine_last_pid.offset == 50160 and _Device.handoff_count.offset == 50176
+assert _Device.handoffs.offset == 50184
+assert ctypes.sizeof(_Device) == 148488
 _COUNT = struct.Struct("<Q")
 _RING_BYTES = ctypes.sizeof(_Handoff) * HANDOFF_RING
 
