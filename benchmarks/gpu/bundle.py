@@ -60,7 +60,7 @@ def prepare(bundle: Path, download_extras: bool = True) -> int:
         shutil.rmtree(wheels)
     wheels.mkdir(parents=True)
     print(f"[prepare] building gslice's wheel into {wheels}", flush=True)
-    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(wheels),
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check", "--outdir", str(wheels),
                             str(ROOT)], capture_output=True, text=True)
     if build.returncode != 0:
         print(f"[prepare] python -m build failed ({build.returncode}):\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}")
