@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "device_slot.h"
+#include "gate_internal.h"
 #include "intercept_table.h"
 #include "memory_ledger.h"
 #include "shim.h"
@@ -69,4 +70,15 @@ GS_EXPORT int gslice_intercept_count(void) { return GS_ID_COUNT; }
 GS_EXPORT const char *gslice_intercept_name(int i)
 {
     return i >= 0 && i < GS_ID_COUNT ? gs_intercept_rows[i].name : NULL;
+}
+
+GS_EXPORT uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns,
+                                                   int contended, int preempted_lately)
+{
+    return gs_queue_bound_submit_at_ns(now_ns, queued_end_ns, kernel_ns, contended != 0, preempted_lately != 0);
+}
+
+GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended)
+{
+    return gs_queue_bound_batch_launches(interval, launch_gpu_us, contended != 0);
 }

@@ -27,6 +27,12 @@ const char *gslice_version(void);
 int gslice_shim_stats_get(gslice_shim_stats *out);
 /* Bytes the ledger tracks for a device pointer, 0 when unknown. */
 uint64_t gslice_ledger_lookup_ptr(uint64_t dptr);
+/* The gate's queue bound (hook/queue_bound.c), pure arithmetic, for tests:
+ * when the next submission of a kernel_ns kernel may go, with the queued
+ * work ending at queued_end_ns, and how many launches a batch holds. */
+uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, int contended,
+                                         int preempted_lately);
+int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
 /* Number of rows in the intercept table and the exported name of row i. */
 int gslice_intercept_count(void);
 const char *gslice_intercept_name(int i);

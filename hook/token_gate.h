@@ -24,12 +24,14 @@
  * next burst reopens the gate locally, with no round trip; tokend takes a
  * lease back with a Revoke when someone asks.
  *
- * Long kernels (>= GS_GATE_LONG_KERNEL_US of GPU time each) are paced while
- * another group wants the GPU (tokend's `contended` on the doorbell page): the
- * next one is submitted when the running one is within its feed-ahead
- * margin of its estimated end, so the GPU never waits for a submission and
- * a closing gate leaves about one kernel queued (a narrower margin in a
- * process recently preempted by a higher class: its preemptor's latency). A long kernel that would
+ * While another group wants the GPU (tokend's `contended` on the doorbell
+ * page), what is queued past the gate is bounded in GPU time (queue_bound.c):
+ * launches pass in batches of at most GS_GATE_CONTENDED_BATCH_US of GPU time
+ * (one launch when kernels are longer), and the next batch is submitted
+ * when the queued work is within its feed-ahead margin of its estimated
+ * end, so the GPU never waits for a submission and a closing gate leaves
+ * about one kernel or batch queued (a narrower margin in a process recently
+ * preempted by a higher class: its preemptor's latency). A long kernel that would
  * end well past the slice's quantum is not started in it: the slice is
  * renewed or ended first ("wrap-up"). The length used is the launched
  * CUfunction's / CUgraphExec's own estimate (a 64-slot table fed by
@@ -67,8 +69,13 @@ struct gs_rpc;
  * most one kernel to drain (a preempting client waits one kernel, not
  * three), at the price of one launch latency per kernel. */
 #define GS_GATE_LONG_KERNEL_US 500
-/* Pacing of long kernels: submit the next one this long before the running
- * one's estimated end (covers the submission latency) ... */
+/* While another group wants the GPU, the launches let through between two
+ * checks are at most this much GPU time (queue_bound.c): short kernels are
+ * paced in batches, so what is queued stays ~feed-ahead + one batch. */
+#define GS_GATE_CONTENDED_BATCH_US 100
+/* Pacing (while another group wants the GPU): submit the next kernel or
+ * batch this long before the queued work's estimated end (covers the
+ * submission latency) ... */
 #define GS_GATE_FEED_AHEAD_US 300
 /* ... plus this fraction of a kernel (duration estimates are approximate). */
 #define GS_GATE_FEED_AHEAD_FRACTION 4

@@ -154,7 +154,9 @@ static void event_unref_locked(struct CUevent_st *ev) {
 static void run_kernel(const struct sim_stream_item *item, uint64_t duration_ns, struct sim_engine_turn *turn) {
     uint64_t ready = sim_kernel_trace_enabled() ? sim_now_ns() : 0;
     sim_engine_run(sim_process.dev, sim_process.slot, duration_ns, turn, true);
-    if (ready) sim_kernel_trace_add(item->enqueued_ns, ready, turn->last_start_ns, turn->last_end_ns, duration_ns);
+    if (ready)
+        sim_kernel_trace_add(item->enqueued_ns, ready, turn->last_start_ns, turn->last_end_ns, duration_ns,
+                             turn->away_ns);
 }
 
 static void run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
@@ -331,6 +333,11 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
     s->ring[s->tail % SIM_STREAM_DEPTH] = *item;
     if (sim_kernel_trace_enabled()) s->ring[s->tail % SIM_STREAM_DEPTH].enqueued_ns = sim_now_ns();
     s->tail++;
+    /* Engine work on the context's queue: it keeps the engine between its kernels. */
+    int64_t engine_items = item->kind == SIM_ITEM_KERNEL ? 1
+                           : item->kind == SIM_ITEM_GRAPH ? (int64_t)item->count
+                           : item->kind == SIM_ITEM_COPY ? (int64_t)(item->count != 0) : 0;
+    if (engine_items) sim_engine_queued(sim_process.slot, engine_items);
     if (item->kind == SIM_ITEM_KERNEL)
         __atomic_fetch_add(&sim_process.slot->kernels_launched, 1, __ATOMIC_RELAXED);
     else if (item->kind == SIM_ITEM_GRAPH)
@@ -345,6 +352,7 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
         pthread_attr_destroy(&attr);
         if (rc != 0) {
             s->tail--;
+            if (engine_items) sim_engine_queued(sim_process.slot, -engine_items);
             if (item->kind == SIM_ITEM_GRAPH) free(item->ptr);
             pthread_mutex_unlock(&s->lock);
             sim_log("could not start a stream worker thread: %s", strerror(rc));

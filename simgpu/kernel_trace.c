@@ -15,7 +15,7 @@
 #define TRACE_MAX_RECORDS (4u << 20)
 
 struct trace_record {
-    uint64_t enqueued_ns, ready_ns, start_ns, end_ns, requested_ns;
+    uint64_t enqueued_ns, ready_ns, start_ns, end_ns, requested_ns, away_ns;
 };
 
 static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
@@ -36,12 +36,12 @@ static void trace_write(void)
         return;
     }
     pthread_mutex_lock(&trace_lock);
-    fprintf(f, "# enqueued_ns\tready_ns\tstart_ns\tend_ns\trequested_ns\n");
+    fprintf(f, "# enqueued_ns\tready_ns\tstart_ns\tend_ns\trequested_ns\taway_ns\n");
     for (size_t i = 0; i < n_records; i++) {
         const struct trace_record *r = &records[i];
-        fprintf(f, "%llu\t%llu\t%llu\t%llu\t%llu\n", (unsigned long long)r->enqueued_ns,
+        fprintf(f, "%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", (unsigned long long)r->enqueued_ns,
                 (unsigned long long)r->ready_ns, (unsigned long long)r->start_ns, (unsigned long long)r->end_ns,
-                (unsigned long long)r->requested_ns);
+                (unsigned long long)r->requested_ns, (unsigned long long)r->away_ns);
     }
     if (dropped)
         fprintf(f, "# dropped %llu records past the cap of %u\n", (unsigned long long)dropped, TRACE_MAX_RECORDS);
@@ -71,7 +71,7 @@ bool sim_kernel_trace_enabled(void)
 }
 
 void sim_kernel_trace_add(uint64_t enqueued_ns, uint64_t ready_ns, uint64_t start_ns, uint64_t end_ns,
-                          uint64_t requested_ns)
+                          uint64_t requested_ns, uint64_t away_ns)
 {
     pthread_mutex_lock(&trace_lock);
     if (n_records == capacity) {
@@ -85,6 +85,6 @@ void sim_kernel_trace_add(uint64_t enqueued_ns, uint64_t ready_ns, uint64_t star
         records = more;
         capacity = grown;
     }
-    records[n_records++] = (struct trace_record){enqueued_ns, ready_ns, start_ns, end_ns, requested_ns};
+    records[n_records++] = (struct trace_record){enqueued_ns, ready_ns, start_ns, end_ns, requested_ns, away_ns};
     pthread_mutex_unlock(&trace_lock);
 }

@@ -11,18 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-/* How long a process that just released the engine steps aside for a
- * waiter before taking it again. glibc's mutex is not fair: the releasing
- * thread usually re-acquires before a woken waiter runs, which would let a
- * back-to-back launcher starve everyone else. A real GPU time-slices
- * between contexts, so the simulated engine hands over instead. */
-#define SIM_COURTESY_WAIT_NS 2000000ull
 /* How long an attaching process waits for another one to finish creating
  * the segment. */
 #define SIM_ATTACH_WAIT_NS 5000000000ull
@@ -129,7 +124,8 @@ static void init_shared_mutex(sim_shared_mutex *m) {
     pthread_mutexattr_destroy(&attr);
 }
 
-static void initialise_device(struct sim_device_shared *dev, const char *name, uint64_t total_memory) {
+static void initialise_device(struct sim_device_shared *dev, const char *name, uint64_t total_memory,
+                              const uint32_t engine_config[3]) {
     memset(dev, 0, sizeof *dev);
     dev->magic = SIM_SHM_MAGIC;
     dev->layout_version = SIM_LAYOUT_VERSION;
@@ -150,6 +146,9 @@ static void initialise_device(struct sim_device_shared *dev, const char *name, u
     snprintf(dev->uuid, sizeof dev->uuid,
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
              u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    dev->ctx_timeslice_ns = engine_config[0];
+    dev->ctx_switch_ns = engine_config[1];
+    dev->ctx_preempt = engine_config[2];
     init_shared_mutex(&dev->engine);
     init_shared_mutex(&dev->registry);
 }
@@ -185,6 +184,12 @@ struct sim_device_shared *sim_device_attach(char *err, size_t err_len) {
                          mem);
                 return NULL;
             }
+            uint32_t engine_config[3];
+            if (!sim_engine_config_from_env(&engine_config[0], &engine_config[1], &engine_config[2], err, err_len)) {
+                close(fd);
+                shm_unlink(path);
+                return NULL;
+            }
             /* Other users of the machine may share the device. */
             fchmod(fd, 0666);
             if (ftruncate(fd, (off_t)size) != 0) {
@@ -200,7 +205,7 @@ struct sim_device_shared *sim_device_attach(char *err, size_t err_len) {
                 shm_unlink(path);
                 return NULL;
             }
-            initialise_device(dev, name, total);
+            initialise_device(dev, name, total, engine_config);
             __atomic_store_n(&dev->initialised, 1u, __ATOMIC_RELEASE);
             return dev;
         }
@@ -434,9 +439,56 @@ uint64_t sim_memory_used(struct sim_device_shared *dev) {
 
 /* ---- engine ------------------------------------------------------------- */
 
-static uint32_t *acquisitions_word(struct sim_device_shared *dev) {
-    /* futex on the low 32 bits of the 64-bit counter (x86-64 is little-endian) */
-    return (uint32_t *)&dev->engine_acquisitions;
+/* The GPU without MPS runs one context (here: one process) at a time. Each
+ * context has its own queue (its streams' pending kernels and device-side
+ * copies, slot->queued_work). The context that has the engine (ctx_owner)
+ * keeps it while it has work and no other context waits; when others wait,
+ * contexts take turns in time slices of ctx_timeslice_ns, the one that has
+ * waited longest first, and each switch to another context costs
+ * ctx_switch_ns of engine time that is nobody's work. With ctx_preempt a
+ * kernel still running at its context's slice end is stopped there and
+ * resumed at the context's next turn (compute preemption); without it the
+ * switch waits for the kernel's end. A context whose queue is empty gives
+ * the engine up at once. Within a context, kernels of all its streams run
+ * one at a time, in the order their workers reach the engine.
+ *
+ * The state lives in the segment under the engine mutex (held briefly);
+ * waiters sleep on the sched_seq futex, which every release and switch
+ * bumps. A holder that died mid-kernel is found by the waiters' periodic
+ * look (SIM_ENGINE_POLL_NS) and its turn ends. */
+
+/* Calibrated against an H100 (simgpu/README.md, "Contexts on the engine"). */
+#define SIM_DEFAULT_TIMESLICE_US 2090u
+#define SIM_DEFAULT_CTX_SWITCH_US 300u
+/* How long a waiter sleeps before looking for a dead holder or owner. */
+#define SIM_ENGINE_POLL_NS 20000000ull
+
+bool sim_engine_config_from_env(uint32_t *timeslice_ns, uint32_t *switch_ns, uint32_t *preempt, char *err,
+                                size_t err_len) {
+    static const struct { const char *name; uint32_t fallback, max; } knobs[] = {
+        {"GSLICE_SIM_TIMESLICE_US", SIM_DEFAULT_TIMESLICE_US, 4000000u},
+        {"GSLICE_SIM_CTX_SWITCH_US", SIM_DEFAULT_CTX_SWITCH_US, 4000000u},
+        {"GSLICE_SIM_PREEMPT", 1u, 1u},
+    };
+    uint32_t values[3];
+    for (int i = 0; i < 3; i++) {
+        const char *text = getenv(knobs[i].name);
+        values[i] = knobs[i].fallback;
+        if (!text || !*text) continue;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno || end == text || *end || v > knobs[i].max || *text == '-') {
+            snprintf(err, err_len, "%s '%.40s' is not usable; expected a whole number from 0 to %u", knobs[i].name,
+                     text, knobs[i].max);
+            return false;
+        }
+        values[i] = (uint32_t)v;
+    }
+    *timeslice_ns = values[0] * 1000u;
+    *switch_ns = values[1] * 1000u;
+    *preempt = values[2];
+    return true;
 }
 
 static void futex_wait_shared(uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
@@ -461,12 +513,11 @@ static void timeline_add(struct sim_device_shared *dev, uint64_t start, uint64_t
 }
 
 /* Called with the engine held, as work of `pid` starts at `start`: if the
- * engine last ran another process's work, record the handoff. `recovered`:
- * the previous holder died mid-work, so when it stopped is unknown and no
- * handoff is recorded. Readers in other processes load the count with
- * acquire and use only records below it. */
-static void note_engine_start(struct sim_device_shared *dev, int32_t pid, uint64_t start, bool recovered) {
-    int32_t last = recovered ? 0 : dev->engine_last_pid;
+ * engine last ran another process's work, record the handoff. Readers in
+ * other processes load the count with acquire and use only records below
+ * it. */
+static void note_engine_start(struct sim_device_shared *dev, int32_t pid, uint64_t start) {
+    int32_t last = dev->engine_last_pid;
     if (last == 0 || last == pid) return;
     uint64_t n = dev->handoff_count;
     struct sim_handoff *record = &dev->handoffs[n % SIM_HANDOFF_RING];
@@ -483,56 +534,234 @@ static void sleep_until(uint64_t deadline_ns) {
     }
 }
 
-void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
-                    struct sim_engine_turn *turn, bool kernel) {
-    /* Step aside if someone waited while we held the engine and nobody has
-     * taken it since. */
-    if (turn->has_released && __atomic_load_n(&dev->engine_waiters, __ATOMIC_ACQUIRE) > 0) {
-        uint32_t seen = (uint32_t)turn->released_at;
-        if (__atomic_load_n(acquisitions_word(dev), __ATOMIC_ACQUIRE) == seen) {
-            __atomic_fetch_add(&dev->engine_courtesy_waiters, 1, __ATOMIC_SEQ_CST);
-            futex_wait_shared(acquisitions_word(dev), seen, SIM_COURTESY_WAIT_NS);
-            __atomic_fetch_sub(&dev->engine_courtesy_waiters, 1, __ATOMIC_SEQ_CST);
-        }
-    }
+static bool pid_gone(int32_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
 
-    __atomic_fetch_add(&slot->engine_waiting, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&dev->engine_waiters, 1, __ATOMIC_SEQ_CST);
+/* Lock the engine state. A process that died inside the short critical
+ * section leaves it as it was; its turn is ended by forget_dead_locked. */
+static void lock_engine(struct sim_device_shared *dev) {
     bool recovered;
-    lock_shared(&dev->engine, &recovered); /* recovered: a holder died mid-kernel; its time is lost */
+    lock_shared(&dev->engine, &recovered);
+}
+
+static void bump_locked(struct sim_device_shared *dev) {
+    __atomic_add_fetch(&dev->sched_seq, 1u, __ATOMIC_SEQ_CST);
+    futex_wake_shared(&dev->sched_seq);
+}
+
+static uint32_t context_of(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+    return (uint32_t)(slot - dev->slots) + 1u;
+}
+
+/* Does context ctx have work queued or running? */
+static bool context_busy_locked(struct sim_device_shared *dev, uint32_t ctx) {
+    struct sim_process_slot *s = &dev->slots[ctx - 1];
+    if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SIM_SLOT_LIVE) return false;
+    return dev->engine_holder_pid == s->pid || __atomic_load_n(&s->engine_waiting, __ATOMIC_RELAXED) > 0 ||
+           __atomic_load_n(&s->queued_work, __ATOMIC_RELAXED) > 0;
+}
+
+/* The live context, other than `except`, whose threads have waited for the
+ * engine longest; 0 if none waits. */
+static uint32_t longest_waiting_locked(struct sim_device_shared *dev, uint32_t except) {
+    uint32_t best = 0;
+    uint64_t best_since = UINT64_MAX;
+    for (uint32_t i = 0; i < SIM_MAX_PROCESSES; i++) {
+        struct sim_process_slot *s = &dev->slots[i];
+        if (i + 1 == except || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SIM_SLOT_LIVE) continue;
+        if (__atomic_load_n(&s->engine_waiting, __ATOMIC_RELAXED) == 0) continue;
+        uint64_t since = __atomic_load_n(&s->waiting_since_ns, __ATOMIC_RELAXED);
+        if (since < best_since) best = i + 1, best_since = since;
+    }
+    return best;
+}
+
+/* Give the engine to context `to` at `now`: a switch from another context
+ * costs ctx_switch_ns before its work may start; its slice starts then. */
+static void switch_locked(struct sim_device_shared *dev, uint32_t to, uint64_t now) {
+    uint32_t from = dev->ctx_owner;
+    uint64_t cost = from != 0 && from != to ? dev->ctx_switch_ns : 0;
+    if (from != to) {
+        if (from != 0) __atomic_fetch_add(&dev->ctx_switches, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&dev->slots[to - 1].slices, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&dev->ctx_owner, to, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->ctx_owner_drained, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->ctx_ready_ns, now + cost, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->ctx_slice_end_ns, now + cost + dev->ctx_timeslice_ns, __ATOMIC_RELAXED);
+    bump_locked(dev);
+}
+
+static void begin_wait_locked(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t now) {
+    if (__atomic_fetch_add(&slot->engine_waiting, 1, __ATOMIC_RELAXED) == 0)
+        __atomic_store_n(&slot->waiting_since_ns, now, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->engine_waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+static void end_wait_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+    if (__atomic_sub_fetch(&slot->engine_waiting, 1, __ATOMIC_RELAXED) == 0)
+        __atomic_store_n(&slot->waiting_since_ns, 0, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&dev->engine_waiters, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_sub(&slot->engine_waiting, 1, __ATOMIC_RELAXED);
+}
 
-    uint64_t acquired = __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&dev->engine_courtesy_waiters, __ATOMIC_SEQ_CST) > 0) futex_wake_shared(acquisitions_word(dev));
+/* After a quiet poll: a holder or owner that no longer exists loses its
+ * turn (its work's end is unknown, so no handoff is recorded from it). */
+static void forget_dead_locked(struct sim_device_shared *dev) {
+    int32_t holder = dev->engine_holder_pid;
+    if (holder && pid_gone(holder)) {
+        __atomic_store_n(&dev->engine_busy_since_ns, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&dev->engine_holder_pid, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&dev->engine_last_pid, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&dev->ctx_owner, 0u, __ATOMIC_RELAXED);
+    }
+    uint32_t owner = dev->ctx_owner;
+    if (owner && pid_gone(dev->slots[owner - 1].pid)) __atomic_store_n(&dev->ctx_owner, 0u, __ATOMIC_RELAXED);
+}
 
-    uint64_t start = sim_now_ns();
-    note_engine_start(dev, slot->pid, start, recovered);
-    __atomic_store_n(&dev->engine_holder_pid, slot->pid, __ATOMIC_RELAXED);
-    __atomic_store_n(&dev->engine_busy_since_ns, start, __ATOMIC_RELEASE);
-    uint64_t unset = 0;
-    __atomic_compare_exchange_n(&slot->first_activity_ns, &unset, start, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+/* Wait (engine locked) until `slot`'s context may start work; returns with
+ * the engine still locked and the caller made holder. */
+static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+    const uint32_t me = context_of(dev, slot);
+    for (;;) {
+        uint64_t now = sim_now_ns();
+        uint64_t wake_at = now + SIM_ENGINE_POLL_NS;
+        if (dev->engine_holder_pid == 0) {
+            uint32_t owner = dev->ctx_owner;
+            uint32_t slice = dev->ctx_timeslice_ns;
+            if (owner == 0 || (owner != me && !context_busy_locked(dev, owner))) {
+                /* The engine's context has nothing queued: the next one in line gets it. */
+                switch_locked(dev, longest_waiting_locked(dev, 0), now);
+                continue;
+            }
+            uint64_t ready = dev->ctx_ready_ns, slice_end = dev->ctx_slice_end_ns;
+            if (slice && now >= ready && now >= slice_end) {
+                uint32_t next = longest_waiting_locked(dev, owner);
+                if (next) { /* the owner's slice is over and another context waits */
+                    switch_locked(dev, next, now);
+                    continue;
+                }
+            }
+            if (owner == me) {
+                if (now >= ready) {
+                    /* Work after its queue ran empty starts a new slice; alone past its
+                     * slice, the next one starts where that ended (a boundary every slice). */
+                    if (dev->ctx_owner_drained) {
+                        __atomic_store_n(&dev->ctx_slice_end_ns, now + slice, __ATOMIC_RELAXED);
+                        __atomic_store_n(&dev->ctx_owner_drained, 0u, __ATOMIC_RELAXED);
+                    } else if (slice && now >= slice_end) {
+                        __atomic_store_n(&dev->ctx_slice_end_ns, slice_end + ((now - slice_end) / slice + 1) * slice,
+                                         __ATOMIC_RELAXED);
+                    }
+                    end_wait_locked(dev, slot);
+                    __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
+                    note_engine_start(dev, slot->pid, now);
+                    __atomic_store_n(&dev->engine_holder_pid, slot->pid, __ATOMIC_RELAXED);
+                    __atomic_store_n(&dev->engine_busy_since_ns, now, __ATOMIC_RELEASE);
+                    uint64_t unset = 0;
+                    __atomic_compare_exchange_n(&slot->first_activity_ns, &unset, now, false, __ATOMIC_RELAXED,
+                                                __ATOMIC_RELAXED);
+                    return now;
+                }
+                wake_at = ready; /* the switch to this context is under way */
+            } else if (slice) {
+                wake_at = (ready > slice_end ? ready : slice_end);
+                if (wake_at <= now) wake_at = now + 1000;
+            }
+        }
+        uint32_t seq = __atomic_load_n(&dev->sched_seq, __ATOMIC_SEQ_CST);
+        unlock_shared(&dev->engine);
+        if (wake_at > now) {
+            uint64_t timeout = wake_at - now;
+            futex_wait_shared(&dev->sched_seq, seq, timeout > SIM_ENGINE_POLL_NS ? SIM_ENGINE_POLL_NS : timeout);
+        }
+        lock_engine(dev);
+        if (__atomic_load_n(&dev->sched_seq, __ATOMIC_SEQ_CST) == seq && sim_now_ns() >= now + SIM_ENGINE_POLL_NS)
+            forget_dead_locked(dev);
+    }
+}
 
-    if (duration_ns) sleep_until(start + duration_ns);
-
-    uint64_t end = sim_now_ns();
+/* Account for a stretch [start, end) of this context's work on the engine
+ * and give the engine back (engine locked). */
+static void release_engine_locked(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t start,
+                                  uint64_t end) {
     uint64_t busy = end - start;
     __atomic_fetch_add(&slot->busy_ns, busy, __ATOMIC_RELAXED);
-    if (kernel) __atomic_fetch_add(&slot->kernels_completed, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->last_activity_ns, end, __ATOMIC_RELAXED);
     __atomic_fetch_add(&dev->busy_ns, busy, __ATOMIC_RELAXED);
-    if (kernel) __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
     timeline_add(dev, start, end);
     __atomic_store_n(&dev->engine_last_end_ns, end, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->engine_last_pid, slot->pid, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->engine_busy_since_ns, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&dev->engine_holder_pid, 0, __ATOMIC_RELAXED);
-    unlock_shared(&dev->engine);
+}
 
-    turn->released_at = acquired;
-    turn->has_released = true;
-    turn->last_start_ns = start;
-    turn->last_end_ns = end;
+void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
+                    struct sim_engine_turn *turn, bool kernel) {
+    const uint32_t me = context_of(dev, slot);
+    uint64_t remaining = duration_ns, first_start = 0, away = 0, stopped_at = 0, last_end = 0;
+    lock_engine(dev);
+    begin_wait_locked(dev, slot, sim_now_ns());
+    for (;;) {
+        uint64_t start = take_engine_locked(dev, slot);
+        if (!first_start) first_start = start;
+        if (stopped_at) away += start - stopped_at;
+        bool slicing = dev->ctx_timeslice_ns && dev->ctx_preempt;
+        unlock_shared(&dev->engine);
+
+        uint64_t deadline = start + remaining, now;
+        bool preempted = false;
+        for (;;) {
+            uint64_t stop_at = deadline;
+            uint64_t slice_end = __atomic_load_n(&dev->ctx_slice_end_ns, __ATOMIC_RELAXED);
+            if (slicing && slice_end < stop_at) stop_at = slice_end;
+            if (stop_at > sim_now_ns()) sleep_until(stop_at);
+            now = sim_now_ns();
+            if (now >= deadline) break;
+            if (stop_at == deadline) continue; /* woke early */
+            /* A slice boundary inside the kernel: stop it if another context waits. */
+            lock_engine(dev);
+            uint32_t next = longest_waiting_locked(dev, me);
+            if (next) {
+                now = sim_now_ns();
+                preempted = true;
+                break; /* engine stays locked */
+            }
+            uint64_t end = dev->ctx_slice_end_ns, slice = dev->ctx_timeslice_ns;
+            if (end <= now) __atomic_store_n(&dev->ctx_slice_end_ns, end + ((now - end) / slice + 1) * slice,
+                                             __ATOMIC_RELAXED);
+            unlock_shared(&dev->engine);
+        }
+        if (!preempted) lock_engine(dev);
+        if (now >= deadline) preempted = false; /* it ended as the slice did */
+        release_engine_locked(dev, slot, start, now);
+        last_end = now;
+        if (!preempted) {
+            if (kernel) {
+                __atomic_fetch_add(&slot->kernels_completed, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&dev->kernels, 1, __ATOMIC_RELAXED);
+            }
+            uint64_t queued = __atomic_load_n(&slot->queued_work, __ATOMIC_RELAXED);
+            if (queued) __atomic_store_n(&slot->queued_work, queued - 1, __ATOMIC_RELAXED);
+            if (queued <= 1 && __atomic_load_n(&slot->engine_waiting, __ATOMIC_RELAXED) == 0)
+                __atomic_store_n(&dev->ctx_owner_drained, 1u, __ATOMIC_RELAXED);
+            bump_locked(dev);
+            unlock_shared(&dev->engine);
+            break;
+        }
+        /* Preempted: the rest runs at this context's next turn. */
+        remaining = deadline - now;
+        stopped_at = now;
+        __atomic_fetch_add(&dev->ctx_preemptions, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&slot->preempted, 1, __ATOMIC_RELAXED);
+        begin_wait_locked(dev, slot, now);
+        switch_locked(dev, longest_waiting_locked(dev, me), now);
+    }
+    turn->last_start_ns = first_start;
+    turn->last_end_ns = last_end;
+    turn->away_ns = away;
+}
+
+void sim_engine_queued(struct sim_process_slot *slot, int64_t items) {
+    __atomic_fetch_add(&slot->queued_work, (uint64_t)items, __ATOMIC_RELAXED);
 }
 
 unsigned sim_utilisation_percent(struct sim_device_shared *dev) {

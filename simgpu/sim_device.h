@@ -49,17 +49,30 @@ void sim_memory_release(struct sim_device_shared *dev, struct sim_process_slot *
 /* Bytes in use on the device after reaping dead processes. */
 uint64_t sim_memory_used(struct sim_device_shared *dev);
 
+/* The engine's context model from GSLICE_SIM_TIMESLICE_US, GSLICE_SIM_CTX_SWITCH_US
+ * and GSLICE_SIM_PREEMPT (defaults where unset); false with a reason in err
+ * on a value that is not usable. Applied by the process that creates the
+ * segment. */
+bool sim_engine_config_from_env(uint32_t *timeslice_ns, uint32_t *switch_ns, uint32_t *preempt, char *err,
+                                size_t err_len);
+
 /* Per-thread state of one engine user (a stream worker). */
 struct sim_engine_turn {
-    uint64_t released_at; /* engine_acquisitions value when this thread last released it */
-    bool has_released;
-    uint64_t last_start_ns, last_end_ns; /* the engine time of its latest run */
+    uint64_t last_start_ns, last_end_ns; /* the engine time of its latest run: first start, last end */
+    uint64_t away_ns; /* of that, time it was stopped at slice ends while other contexts ran */
 };
 /* Run one kernel (kernel: counted as one) or device-side copy/fill
- * (kernel false): wait for the engine, hold it for duration_ns, record the
- * time actually held in the process's slot and the device totals. */
+ * (kernel false) of the calling process's context: wait for the context's
+ * turn on the engine, hold it for duration_ns of work (stopped and resumed
+ * at slice ends while other contexts wait, when preemption is on), record
+ * the time actually held in the process's slot and the device totals, and
+ * take the item off the context's queue (sim_engine_queued). */
 void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t duration_ns,
                     struct sim_engine_turn *turn, bool kernel);
+/* Items of engine work (kernels, device-side copies) queued on the
+ * context's streams (negative: taken back); a context with queued work
+ * keeps its turn on the engine between its kernels. */
+void sim_engine_queued(struct sim_process_slot *slot, int64_t items);
 
 /* Percent of the last ~1 s during which the engine ran a kernel. */
 unsigned sim_utilisation_percent(struct sim_device_shared *dev);

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SIM_SHM_MAGIC 0x4753494d47505531ull /* "GSIMGPU1" */
-#define SIM_LAYOUT_VERSION 2u
+#define SIM_LAYOUT_VERSION 4u
 #define SIM_MAX_PROCESSES 256
 #define SIM_LABEL_BYTES 64
 #define SIM_NAME_BYTES 96
@@ -66,7 +66,12 @@ struct sim_process_slot {
     uint64_t exited_ns;         /* CLOCK_MONOTONIC when it was seen gone (teardown began), 0 while live */
     uint32_t engine_waiting;    /* its threads now waiting for the engine */
     uint32_t out_of_memory;     /* its allocations the device refused for want of free memory */
-    uint64_t reserved[4];
+    /* Layout version 3: its context on the engine (see sim_device.c). */
+    uint64_t queued_work;       /* engine items (kernels, device-side copies) queued and not finished: the
+                                 * context has work, as its channels would on a GPU */
+    uint64_t waiting_since_ns;  /* CLOCK_MONOTONIC since when a thread of it waits for the engine, 0: none */
+    uint64_t slices;            /* times the engine switched to this context */
+    uint64_t preempted;         /* its kernels stopped at a time-slice boundary (resumed later) */
 };
 
 struct sim_timeline_bucket {
@@ -102,12 +107,23 @@ struct sim_device_shared {
     uint32_t engine_waiters;    /* threads of live processes waiting for the engine */
     uint64_t engine_acquisitions;
     uint64_t engine_busy_since_ns; /* start of the kernel running now, 0 when idle */
-    uint32_t engine_courtesy_waiters; /* releasers stepping aside for a waiter (see sim_device.c) */
+    uint32_t engine_courtesy_waiters; /* unused since layout version 3 (was: releasers stepping aside) */
     uint32_t reserved32;
     uint64_t teardown_ns;       /* how long a gone process's memory stays used (GSLICE_SIM_TEARDOWN_MS) */
-    uint64_t reserved[6];
+    /* Layout version 3: contexts take turns on the engine (sim_device.c).
+     * Written under the engine mutex. */
+    uint32_t ctx_owner;         /* slot index + 1 of the context that has the engine (0: none yet) */
+    uint32_t sched_seq;         /* futex word: bumped on every release and switch */
+    uint64_t ctx_slice_end_ns;  /* CLOCK_MONOTONIC end of the owner's time slice */
+    uint64_t ctx_ready_ns;      /* the switch to the owner completes: its work may start */
+    uint64_t ctx_switches;      /* switches from one context to another */
+    uint64_t ctx_preemptions;   /* kernels stopped at a slice boundary */
+    uint32_t ctx_timeslice_ns;  /* GSLICE_SIM_TIMESLICE_US (0: a context keeps the engine until its queue drains) */
+    uint32_t ctx_switch_ns;     /* GSLICE_SIM_CTX_SWITCH_US */
+    uint32_t ctx_preempt;       /* GSLICE_SIM_PREEMPT: 1: a running kernel is stopped at its slice's end */
+    uint32_t ctx_owner_drained; /* the owner's queue ran empty: its next work starts a new slice */
     struct sim_timeline_bucket timeline[SIM_TIMELINE_BUCKETS];
-    sim_shared_mutex engine;    /* held while a kernel runs: the GPU executes one at a time */
+    sim_shared_mutex engine;    /* guards the engine's state (holder, owner context, slices); held briefly */
     sim_shared_mutex registry;  /* slot claims, reaping and memory accounting */
     struct sim_process_slot slots[SIM_MAX_PROCESSES];
     /* Layout version 2: engine handoffs between processes, appended so the
@@ -122,13 +138,13 @@ struct sim_device_shared {
 
 /* Offsets the Python mirror relies on; a change here must change it too. */
 _Static_assert(sizeof(struct sim_process_slot) == 192, "slot layout changed");
-_Static_assert(offsetof(struct sim_device_shared, timeline) == 360, "header layout changed");
-_Static_assert(offsetof(struct sim_device_shared, engine) == 872, "header layout changed");
-_Static_assert(offsetof(struct sim_device_shared, slots) == 1000, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, timeline) == 368, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine) == 880, "header layout changed");
+_Static_assert(offsetof(struct sim_device_shared, slots) == 1008, "header layout changed");
 _Static_assert(sizeof(struct sim_handoff) == 24, "handoff record layout changed");
-_Static_assert(offsetof(struct sim_device_shared, engine_last_pid) == 50152, "handoff fields moved");
-_Static_assert(offsetof(struct sim_device_shared, handoff_count) == 50168, "handoff fields moved");
-_Static_assert(offsetof(struct sim_device_shared, handoffs) == 50176, "handoff fields moved");
-_Static_assert(sizeof(struct sim_device_shared) == 148480, "layout changed");
+_Static_assert(offsetof(struct sim_device_shared, engine_last_pid) == 50160, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoff_count) == 50176, "handoff fields moved");
+_Static_assert(offsetof(struct sim_device_shared, handoffs) == 50184, "handoff fields moved");
+_Static_assert(sizeof(struct sim_device_shared) == 148488, "layout changed");
 
 #endif

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "Handoff", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env",
+__all__ = ["DEFAULT_NAME", "HANDOFF_RING", "LAYOUT_VERSION", "EngineModel", "Handoff", "SimGpu", "SimGpuNotBuilt", "SimProcess", "env",
            "lib_dir", "shm_path", "unlink"]
 
 DEFAULT_NAME = "default"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 4
 HANDOFF_RING = 4096  # handoff records the segment keeps (SIM_HANDOFF_RING)
 _MAGIC = 0x4753494D47505531
 _MAX_PROCESSES = 256
@@ -67,7 +67,8 @@ def shm_path(name: str = DEFAULT_NAME) -> Path:
 
 def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: float | None = None,
         label: str | None = None, base: Mapping[str, str] | None = None,
-        context_memory: int | str | None = 0, teardown_ms: float | None = None) -> dict[str, str]:
+        context_memory: int | str | None = 0, teardown_ms: float | None = None, timeslice_us: int | None = None,
+        switch_us: int | None = None, preempt: bool | None = None) -> dict[str, str]:
     """Environment for a process that should run on simulated GPU `name`.
 
     memory: device memory (bytes or "16GiB"); only the process that creates
@@ -81,6 +82,10 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
     teardown_ms: how long a gone process's memory stays used, NVML still
     listing it (GSLICE_SIM_TEARDOWN_MS; the library's default is 130, as
     measured on an H100); like memory, only the segment's creator applies it.
+    timeslice_us, switch_us, preempt: how contexts share the engine
+    (GSLICE_SIM_TIMESLICE_US, GSLICE_SIM_CTX_SWITCH_US, GSLICE_SIM_PREEMPT;
+    applied by the process that creates the segment; None: the library's
+    calibrated defaults).
     """
     result = dict(os.environ if base is None else base)
     libs = str(lib_dir())
@@ -106,6 +111,13 @@ def env(name: str = DEFAULT_NAME, memory: int | str | None = None, kernel_us: fl
                 isinstance(context_memory, int) and context_memory < 0):
             raise ValueError(f"context_memory {context_memory!r} is not a size; expected bytes >= 0 or e.g. '256MiB'")
         result["GSLICE_SIM_CONTEXT_MEMORY"] = str(context_memory)
+    for variable, value in (("GSLICE_SIM_TIMESLICE_US", timeslice_us), ("GSLICE_SIM_CTX_SWITCH_US", switch_us)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{variable} {value!r} must be whole microseconds >= 0")
+            result[variable] = str(value)
+    if preempt is not None:
+        result["GSLICE_SIM_PREEMPT"] = "1" if preempt else "0"
     return result
 
 
@@ -128,7 +140,11 @@ class _Slot(ctypes.Structure):
         ("exited_ns", ctypes.c_uint64),
         ("engine_waiting", ctypes.c_uint32),
         ("out_of_memory", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 4),
+        # layout version 3
+        ("queued_work", ctypes.c_uint64),
+        ("waiting_since_ns", ctypes.c_uint64),
+        ("slices", ctypes.c_uint64),
+        ("preempted", ctypes.c_uint64),
     ]
 
 
@@ -163,7 +179,17 @@ class _Device(ctypes.Structure):
         ("engine_courtesy_waiters", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
         ("teardown_ns", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 6),
+        # layout version 3: contexts on the engine
+        ("ctx_owner", ctypes.c_uint32),
+        ("sched_seq", ctypes.c_uint32),
+        ("ctx_slice_end_ns", ctypes.c_uint64),
+        ("ctx_ready_ns", ctypes.c_uint64),
+        ("ctx_switches", ctypes.c_uint64),
+        ("ctx_preemptions", ctypes.c_uint64),
+        ("ctx_timeslice_ns", ctypes.c_uint32),
+        ("ctx_switch_ns", ctypes.c_uint32),
+        ("ctx_preempt", ctypes.c_uint32),
+        ("ctx_owner_drained", ctypes.c_uint32),
         ("timeline", _Bucket * 32),
         ("engine", ctypes.c_ubyte * 64),
         ("registry", ctypes.c_ubyte * 64),
@@ -179,11 +205,11 @@ class _Device(ctypes.Structure):
 
 # The C side asserts the same numbers (sim_shared.h _Static_asserts).
 assert ctypes.sizeof(_Slot) == 192
-assert _Device.timeline.offset == 360 and _Device.engine.offset == 872 and _Device.slots.offset == 1000
+assert _Device.timeline.offset == 368 and _Device.engine.offset == 880 and _Device.slots.offset == 1008
 assert ctypes.sizeof(_Handoff) == 24
-assert _Device.engine_last_pid.offset == 50152 and _Device.handoff_count.offset == 50168
-assert _Device.handoffs.offset == 50176
-assert ctypes.sizeof(_Device) == 148480
+assert _Device.engine_last_pid.offset == 50160 and _Device.handoff_count.offset == 50176
+assert _Device.handoffs.offset == 50184
+assert ctypes.sizeof(_Device) == 148488
 _COUNT = struct.Struct("<Q")
 _RING_BYTES = ctypes.sizeof(_Handoff) * HANDOFF_RING
 
@@ -205,6 +231,17 @@ class SimProcess:
     exited_ns: int            # when it was seen gone (its teardown began), 0 while alive
     tearing_down: bool = False  # gone, its memory still used and NVML still listing it
     out_of_memory: int = 0    # its allocations the device refused for want of free memory
+    slices: int = 0           # times the engine switched to its context
+    preempted: int = 0        # its kernels stopped at a slice end (and resumed later)
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """How the simulated GPU shares its engine between contexts (set by the
+    process that created it: GSLICE_SIM_TIMESLICE_US, _CTX_SWITCH_US, _PREEMPT)."""
+    timeslice_ns: int   # 0: a context keeps the engine until its queue drains
+    switch_ns: int      # engine time a switch to another context costs
+    preempt: bool       # a kernel running at its slice's end is stopped there
 
 
 @dataclass(frozen=True)
@@ -293,6 +330,18 @@ class SimGpu:
     def engine_holder_pid(self) -> int:
         return self._snapshot().engine_holder_pid
 
+    def engine_model(self) -> EngineModel:
+        view = self._snapshot()
+        return EngineModel(view.ctx_timeslice_ns, view.ctx_switch_ns, bool(view.ctx_preempt))
+
+    def context_switches(self) -> int:
+        """Switches of the engine from one context to another."""
+        return self._snapshot().ctx_switches
+
+    def preemptions(self) -> int:
+        """Kernels stopped at a slice end so that another context could run."""
+        return self._snapshot().ctx_preemptions
+
     # -- handoffs -----------------------------------------------------------
     def handoff_count(self) -> int:
         """Handoffs between processes since the device was created (never
@@ -341,7 +390,8 @@ class SimGpu:
                 kernels_completed=slot.kernels_completed, memory_used=slot.memory_used,
                 memory_peak=slot.memory_peak, first_activity_ns=slot.first_activity_ns,
                 last_activity_ns=slot.last_activity_ns, attached_ns=slot.attached_ns, exited_ns=slot.exited_ns,
-                tearing_down=state == SLOT_TEARDOWN, out_of_memory=slot.out_of_memory))
+                tearing_down=state == SLOT_TEARDOWN, out_of_memory=slot.out_of_memory,
+                slices=slot.slices, preempted=slot.preempted))
         return result
 
     def process(self, pid: int) -> SimProcess:

@@ -29,12 +29,13 @@ class KernelRun:
     start_ns: int       # it got the engine (other processes' kernels before it were done)
     end_ns: int         # it left the engine
     requested_ns: int   # how long it was asked to run
+    away_ns: int = 0    # stopped at its context's slice ends while other contexts had the engine
 
     @property
     def overrun_ns(self) -> int:
-        """Time on the engine beyond what was asked: the simulator's sleep
-        ending late (a busy or noisy machine)."""
-        return self.end_ns - self.start_ns - self.requested_ns
+        """Time on the engine beyond what was asked and the time it was
+        away: the simulator's sleep ending late (a busy or noisy machine)."""
+        return self.end_ns - self.start_ns - self.requested_ns - self.away_ns
 
 
 def trace_path(directory: str | Path, pid: int) -> Path:
@@ -50,8 +51,8 @@ def read(directory: str | Path, pid: int) -> list[KernelRun]:
             if line.startswith("#") or not line.strip():
                 continue
             fields = line.split("\t")
-            if len(fields) != 5:
+            if len(fields) not in (5, 6):
                 raise ValueError(f"{trace_path(directory, pid)} line {number} has {len(fields)} fields; "
-                                 "expected 5 (enqueued, ready, start, end, requested ns)")
+                                 "expected 6 (enqueued, ready, start, end, requested, away ns) or 5 (no away)")
             runs.append(KernelRun(*(int(field) for field in fields)))
     return runs

@@ -26,6 +26,14 @@ int main(void) {
     FIELD(sim_device_shared, engine_last_end_ns);
     FIELD(sim_device_shared, handoff_count);
     FIELD(sim_device_shared, handoffs);
+    FIELD(sim_device_shared, ctx_owner);
+    FIELD(sim_device_shared, sched_seq);
+    FIELD(sim_device_shared, ctx_slice_end_ns);
+    FIELD(sim_device_shared, ctx_switches);
+    FIELD(sim_device_shared, ctx_preemptions);
+    FIELD(sim_device_shared, ctx_timeslice_ns);
+    FIELD(sim_device_shared, ctx_switch_ns);
+    FIELD(sim_device_shared, ctx_preempt);
     printf("sizeof.sim_handoff %zu\n", sizeof(struct sim_handoff));
     FIELD(sim_handoff, from_end_ns);
     FIELD(sim_handoff, to_start_ns);
@@ -36,6 +44,10 @@ int main(void) {
     FIELD(sim_process_slot, exited_ns);
     FIELD(sim_process_slot, engine_waiting);
     FIELD(sim_process_slot, out_of_memory);
+    FIELD(sim_process_slot, queued_work);
+    FIELD(sim_process_slot, waiting_since_ns);
+    FIELD(sim_process_slot, slices);
+    FIELD(sim_process_slot, preempted);
     printf("version %u\n", SIM_LAYOUT_VERSION);
     return 0;
 }

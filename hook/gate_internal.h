@@ -1,0 +1,93 @@
+/* gate_internal: what the gate's modules share (hidden; not for the rest
+ * of the shim, which uses token_gate.h only).
+ *
+ *   token_gate.c      the gate's state: slow path (gs_gate_enter), acquire,
+ *                     Revoke and connection loss, fork, stats
+ *   gate_keeper.c     the keeper thread: quantum, renewal, idle end, slice end
+ *   gate_lease.c      leases: kept across an idle gap, taken at start, returned
+ *   gate_pause.c      doorbell pauses and anticipation (preempt_doorbell.h)
+ *   kernel_lengths.c  checkpoint events: GPU time per launch, per-function
+ *                     estimates, checkpoint interval
+ *   queue_bound.c     how much GPU work is queued past the gate: pacing,
+ *                     wrap-up, the handover point
+ *
+ * "_locked" functions take g->mu held (kernel_lengths' take checkpoint_mu
+ * where they say so). */
+#ifndef GSLICE_GATE_INTERNAL_H
+#define GSLICE_GATE_INTERNAL_H
+
+#include <errno.h>
+#include <time.h>
+
+#include "token_gate.h"
+
+/* ReleaseToken / RenewToken / a lease request: how long the keeper waits. */
+#define GS_GATE_RELEASE_WAIT_MS 5000
+
+static inline uint64_t gs_gate_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* pthread_cond_timedwait on a CLOCK_MONOTONIC condvar. */
+static inline void gs_gate_wait_until_ns(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static inline void gs_gate_sleep_until_ns(uint64_t deadline_ns)
+{
+    if (deadline_ns <= gs_gate_monotonic_ns())
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* gate_keeper.c */
+uint64_t gs_gate_idle_period_ns(gs_gate *g);
+void gs_gate_ensure_keeper_locked(gs_gate *g);
+void gs_gate_ask_keeper(gs_gate *g, bool *request);
+
+/* gate_lease.c (keeper thread) */
+void gs_gate_return_lease_locked(gs_gate *g);
+void gs_gate_lease_at_start_locked(gs_gate *g);
+
+/* gate_pause.c */
+void gs_gate_pause_unanswered_locked(gs_gate *g);
+void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why);
+bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns);
+void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why);
+
+/* kernel_lengths.c */
+bool gs_gate_newest_pending_locked(gs_gate *g);              /* checkpoint_mu held */
+bool gs_gate_newest_pending_any_thread_locked(gs_gate *g);   /* checkpoint_mu held */
+bool gs_gate_gpu_work_outstanding(gs_gate *g);
+uint32_t gs_gate_work_item_us(gs_gate *g);
+uint64_t gs_gate_long_kernel_ns(gs_gate *g);
+void gs_gate_wait_newest_checkpoint(gs_gate *g);
+/* This thread waited for the gate: the GPU may have run dry meanwhile, so
+ * its next checkpoint interval does not measure GPU time per launch. */
+void gs_gate_note_gap(void);
+/* After pacing: the next interval is contiguous only if this process's
+ * work still ran when the launch went out. */
+void gs_gate_note_fed(gs_gate *g);
+void gs_gate_kernel_lengths_fork_child(gs_gate *g);
+
+/* queue_bound.c */
+/* Launches the slow path lets through before the next check (the
+ * checkpoint interval, shortened while another group wants the GPU). */
+int32_t gs_gate_batch_launches(gs_gate *g, int32_t interval);
+/* The bound's arithmetic, pure (see queue_bound.c). */
+uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately);
+uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, bool contended,
+                                     bool preempted_lately);
+int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended);
+uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted);
+
+#endif

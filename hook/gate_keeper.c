@@ -1,0 +1,288 @@
+/* gate_keeper: the per-gate keeper thread, which ends slices: at quantum
+ * expiry (after asking tokend to renew), on a Revoke, on connection loss,
+ * or when the process went idle; it also runs the ledger's service hook
+ * and asks for a lease at start (gate_lease.c). Ending a slice: close the
+ * gate, let launches in flight finish submitting, synchronise (idle, lost)
+ * or wait for the handover point (queue_bound.c), release with the GPU time
+ * used. */
+#define _GNU_SOURCE
+#include "gate_internal.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include "log.h"
+#include "real_driver.h"
+#include "rpc_client.h"
+#include "stream_capture.h"
+
+/* RenewToken goes out this long (plus two kernels) before the quantum ends:
+ * a round trip from C is ~0.3-3 ms here, and the queue must not run dry. */
+#define RENEW_LEAD_NS 3000000ull
+
+static void *keeper_main(void *arg);
+
+/* Idle check period: max(2 ms, quantum / 4). */
+uint64_t gs_gate_idle_period_ns(gs_gate *g)
+{
+    /* Short, so a bursty process gives the token back soon after its burst
+     * (the tail is charged to it and idles the GPU), and at least two
+     * kernels' worth of GPU time, so a program that synchronises after each
+     * long kernel is still seen launching. Only the holder's keeper polls. */
+    uint64_t period = 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    return period > 1000000ull ? period : 1000000ull;
+}
+
+void gs_gate_ensure_keeper_locked(gs_gate *g)
+{
+    if (g->keeper_running || g->stopping)
+        return;
+    /* The keeper must never take the application's signals. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&g->keeper, NULL, keeper_main, g);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        GS_ERROR("cannot start the gate keeper thread (error %d); slices end only when launches block", rc);
+        return;
+    }
+    pthread_detach(g->keeper);
+    g->keeper_running = true;
+}
+
+/* Wait for everything the slice queued: push each context it launched in. */
+static void synchronise_contexts(CUcontext *ctxs, int n)
+{
+    if (!gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPopCurrent)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (gs_cu.cuCtxPushCurrent(ctxs[i]) != CUDA_SUCCESS)
+            continue;
+        CUresult rc = gs_cu.cuCtxSynchronize();
+        if (rc != CUDA_SUCCESS)
+            GS_DEBUG("cuCtxSynchronize at slice end returned %d (the application's error, left to it)", rc);
+        CUcontext popped;
+        gs_cu.cuCtxPopCurrent(&popped);
+    }
+}
+
+/* Close the gate, wait for the slice's work, release the token. */
+static void end_slice_locked(gs_gate *g, bool idle)
+{
+    g->state = GS_GATE_RELEASING;
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    CUcontext ctxs[GS_GATE_MAX_CONTEXTS];
+    int n = g->n_contexts;
+    memcpy(ctxs, g->contexts, sizeof(CUcontext) * (size_t)n);
+    g->n_contexts = 0;
+    uint64_t token_id = g->token_id, grant_ns = g->grant_ns;
+    uint64_t quantum_us = g->quantum_us;
+    bool lost = g->token_lost;
+    bool preempted = g->revoke_pending;
+    pthread_mutex_unlock(&g->mu);
+
+    /* A thread that passed the fast path just before the close is still
+     * inside the driver's launch call: let it finish submitting, so the
+     * synchronisation below covers its kernel instead of leaving it to run
+     * (uncharged) in the next holder's slice. A launch call takes a few us. */
+    struct timespec quiesce = {0, 20000};
+    nanosleep(&quiesce, NULL);
+    /* Stream capture: cuCtxSynchronize would wait on a capturing stream
+     * (refused, and from a GLOBAL-mode thread it invalidates the capture):
+     * while one is active, wait for the newest checkpoint only. */
+    gs_capture_thread_relaxed();
+    if (idle || lost) {
+        if (gs_capture_any())
+            gs_gate_wait_newest_checkpoint(g);
+        else
+            synchronise_contexts(ctxs, n);
+    }
+    uint64_t end_ns = idle || lost ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
+    /* A renewed slice starts where the previous one's queued work ends,
+     * which may still lie ahead when it ends at once. */
+    uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
+    uint64_t overrun_us = used_us > quantum_us ? used_us - quantum_us : 0;
+    bool lease = false;
+    if (!lost) {
+        int rc;
+        if (idle)
+            rc = gs_rpc_release_idle_lease(g->rpc, token_id, used_us, GS_GATE_RELEASE_WAIT_MS, &lease);
+        else
+            rc = gs_rpc_release(g->rpc, token_id, used_us, overrun_us, false, GS_GATE_RELEASE_WAIT_MS);
+        if (rc != GS_RPC_OK)
+            GS_DEBUG("ReleaseToken(%llu) returned %d (%s); tokend reclaims it itself",
+                     (unsigned long long)token_id, rc, gs_rpc_last_error());
+    }
+
+    GS_DEBUG("token %llu released: used %llu us of a %llu us quantum (overrun %llu us)%s",
+             (unsigned long long)token_id, (unsigned long long)used_us, (unsigned long long)quantum_us,
+             (unsigned long long)overrun_us, idle ? ", idle" : "");
+    pthread_mutex_lock(&g->mu);
+    atomic_fetch_add_explicit(&g->n_released, 1, memory_order_relaxed);
+    if (idle)
+        atomic_fetch_add_explicit(&g->n_idle, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->used_us_total, used_us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->overrun_us_total, overrun_us, memory_order_relaxed);
+    if (g->state == GS_GATE_RELEASING && lease && !g->token_lost) {
+        /* Kept as a lease; a Revoke that raced the reply is still pending
+         * and makes the keeper give it back. */
+        g->state = GS_GATE_LEASED;
+    } else {
+        if (g->state == GS_GATE_RELEASING)
+            g->state = GS_GATE_NO_TOKEN;
+        g->revoke_pending = false;
+        g->token_lost = false;
+    }
+    pthread_cond_broadcast(&g->changed);
+}
+
+/* Quantum over (or a long kernel would not fit): ask tokend to renew the
+ * slice while the gate stays open; end it when tokend says no. */
+static uint64_t renew_lead_ns(gs_gate *g, uint64_t deadline)
+{
+    uint64_t lead = RENEW_LEAD_NS + 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint64_t half = (deadline - g->grant_ns) / 2;
+    return lead < half ? lead : half;
+}
+
+static void renew_or_end_slice_locked(gs_gate *g, bool due)
+{
+    if (g->token_lost || g->stopping || !g->rpc || g->renew_refused) {
+        end_slice_locked(g, false);   /* (tokend already said others wait) */
+        return;
+    }
+    uint64_t token_id = g->token_id;
+    uint64_t now = gs_gate_monotonic_ns();
+    /* The slice so far includes the long kernel still queued in it. */
+    uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
+    uint64_t until = queued_end > now ? queued_end : now;
+    uint64_t used_us = until > g->grant_ns ? (until - g->grant_ns) / 1000ull : 0;
+    uint32_t work = gs_gate_work_item_us(g);
+    pthread_mutex_unlock(&g->mu);
+    uint64_t new_token = 0;
+    uint32_t quantum_us = 0;
+    int rc = gs_rpc_renew(g->rpc, token_id, used_us, work, GS_GATE_RELEASE_WAIT_MS, &new_token, &quantum_us);
+    pthread_mutex_lock(&g->mu);
+    if (g->state != GS_GATE_HOLDING || g->token_id != token_id)
+        return; /* fork, stop or a lost connection changed the gate meanwhile */
+    if (rc == GS_RPC_OK && new_token != 0 && !g->revoke_pending) {
+        g->token_id = new_token;
+        g->quantum_us = quantum_us ? quantum_us : 1000;
+        g->grant_ns = until;
+        g->renew_refused = false;
+        g->revoke_pending = g->revoked_before_grant == new_token;
+        g->revoked_before_grant = 0;
+        atomic_fetch_add_explicit(&g->n_renewals, 1, memory_order_relaxed);
+        GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
+                 (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
+        g->wrap_up = false;
+        if (g->doorbell_pause_until_ns && !g->pause_anticipated)   /* (the expected preemptor may still come) */
+            gs_gate_doorbell_resume_locked(g, "renewed after");
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
+    if (rc != GS_RPC_OK)
+        GS_DEBUG("RenewToken(%llu) returned %d (%s); ending the slice", (unsigned long long)token_id, rc,
+                 gs_rpc_last_error());
+    GS_DEBUG("token %llu not renewed (due %d, wrap-up %d, revoked %d)", (unsigned long long)token_id, due,
+             g->wrap_up, g->revoke_pending);
+    if (!due && rc == GS_RPC_OK && !g->revoke_pending && !g->wrap_up) {
+        g->renew_refused = true;   /* others wait: use the rest of the slice, then hand over */
+        return;
+    }
+    end_slice_locked(g, false);
+}
+
+static void *keeper_main(void *arg)
+{
+    gs_gate *g = arg;
+    gs_capture_thread_relaxed();   /* its calls never invalidate a capture */
+    pthread_mutex_lock(&g->mu);
+    while (!g->stopping) {
+        if (g->service_requested && g->service) {
+            g->service_requested = false;
+            pthread_mutex_unlock(&g->mu);
+            g->service(g->service_ctx);
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        if (g->lease_wanted) {
+            g->lease_wanted = false;
+            if (g->state == GS_GATE_NO_TOKEN && g->rpc)
+                gs_gate_lease_at_start_locked(g);
+            continue;
+        }
+        uint64_t now = gs_gate_monotonic_ns();
+        if (g->state == GS_GATE_HOLDING) {
+            uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
+            if (g->revoke_pending) {
+                GS_DEBUG("token %llu: revoked, ending the slice", (unsigned long long)g->token_id);
+                end_slice_locked(g, false);
+                continue;
+            }
+            /* Renew a little ahead, so the reply is back before the queued
+             * work runs out; when tokend says no, the slice runs to its end. */
+            uint64_t renew_at = deadline - renew_lead_ns(g, deadline);
+            if (now >= deadline || g->wrap_up || (now >= renew_at && !g->renew_refused)) {
+                renew_or_end_slice_locked(g, now >= deadline || g->wrap_up);
+                continue;
+            }
+            if (now >= g->next_idle_check_ns) {
+                /* Waiting in a checkpoint for its own GPU work is busy, not idle. */
+                if (!atomic_load_explicit(&g->activity, memory_order_relaxed) &&
+                    !atomic_load_explicit(&g->gpu_waiters, memory_order_relaxed) && !gs_gate_gpu_work_outstanding(g)) {
+                    end_slice_locked(g, true);
+                    continue;
+                }
+                atomic_store_explicit(&g->activity, 0, memory_order_relaxed);
+                g->next_idle_check_ns = now + gs_gate_idle_period_ns(g);
+            }
+            uint64_t wake = g->renew_refused ? deadline : renew_at;
+            gs_gate_wait_until_ns(&g->keeper_wake, &g->mu, wake < g->next_idle_check_ns ? wake : g->next_idle_check_ns);
+        } else if (g->state == GS_GATE_UNMETERED) {
+            pthread_mutex_unlock(&g->mu);
+            bool attached = gs_rpc_wait_attached(g->rpc, 0, NULL);
+            pthread_mutex_lock(&g->mu);
+            if (attached && g->state == GS_GATE_UNMETERED) {
+                GS_WARN("tokend at %s is back after %.1f s; launches are metered again", g->label,
+                        (double)(gs_gate_monotonic_ns() - g->loss_since_ns) / 1e9);
+                g->loss_logged = false;
+                atomic_store_explicit(&g->open, 0, memory_order_release);
+                g->state = GS_GATE_NO_TOKEN;
+                pthread_cond_broadcast(&g->changed);
+                continue;
+            }
+            gs_gate_wait_until_ns(&g->keeper_wake, &g->mu, now + 200000000ull);
+        } else if (g->state == GS_GATE_LEASED && (g->revoke_pending || g->token_lost)) {
+            gs_gate_return_lease_locked(g);
+        } else {
+            pthread_cond_wait(&g->keeper_wake, &g->mu);
+        }
+    }
+    g->keeper_running = false;
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+void gs_gate_wake_keeper(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Set one of the keeper's request flags and wake it (starting it if needed). */
+void gs_gate_ask_keeper(gs_gate *g, bool *request)
+{
+    pthread_mutex_lock(&g->mu);
+    *request = true;
+    gs_gate_ensure_keeper_locked(g);
+    pthread_cond_signal(&g->keeper_wake);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_lease_at_start(gs_gate *g) { gs_gate_ask_keeper(g, &g->lease_wanted); }
+
+void gs_gate_kick_service(gs_gate *g) { gs_gate_ask_keeper(g, &g->service_requested); }
+

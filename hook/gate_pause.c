@@ -1,0 +1,117 @@
+/* gate_pause: the holder stops submitting but keeps its token, ahead of
+ * tokend's Revoke: on a preemption doorbell ring (preempt_doorbell.h), at a
+ * grant that follows a higher class's ring, and before a long kernel that
+ * would still run when tokend expects a preemptor (anticipation). Each
+ * pause is bounded, and a pause nobody answers makes the gate ignore rings
+ * (windows) for a quiet period. */
+#define _GNU_SOURCE
+#include "gate_internal.h"
+
+#include "log.h"
+
+/* A pause ends without its answer (the Revoke after a ring; the ring in an
+ * expected window): count it. The quiet period its start began stays, so a
+ * forged ring or window costs one pause per quiet period, however the
+ * pause ends (reopened, or the slice ended as idle meanwhile). */
+void gs_gate_pause_unanswered_locked(gs_gate *g)
+{
+    if (!g->doorbell_pause_until_ns)
+        return;
+    if (g->pause_anticipated)
+        atomic_fetch_add_explicit(&g->n_anticipation_lapses, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&g->n_doorbell_unanswered, 1, memory_order_relaxed);
+    g->doorbell_pause_until_ns = 0;
+    g->pause_anticipated = false;
+}
+
+/* Stop submitting in this slice until until_ns (mu held): the gate closes
+ * as for a Revoke, the token is kept. A Revoke ends the slice meanwhile;
+ * without one, the first launch past until_ns reopens the gate
+ * (gs_gate_doorbell_resume_locked). */
+static bool pause_slice_locked(gs_gate *g, uint64_t until_ns)
+{
+    if (g->state != GS_GATE_HOLDING || g->revoke_pending || g->doorbell_pause_until_ns || g->stopping)
+        return false;
+    uint32_t generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+    if (generation == 0)
+        return false;
+    g->doorbell_generation = generation;
+    g->doorbell_pause_until_ns = until_ns;
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    return true;
+}
+
+/* Preemption doorbell: a ring pauses the slice for at most
+ * GS_GATE_DOORBELL_PAUSE_NS and starts GS_GATE_DOORBELL_QUIET_NS in which
+ * rings are ignored, unless tokend's Revoke answers it. A ring during an
+ * anticipation pause is the one expected: the pause becomes a ring's. */
+void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why)
+{
+    uint64_t now = gs_gate_monotonic_ns();
+    if (now < g->doorbell_quiet_until_ns)
+        return;
+    if (g->pause_anticipated && g->doorbell_pause_until_ns && g->state == GS_GATE_HOLDING && !g->revoke_pending) {
+        g->pause_anticipated = false;
+        g->anticipation_quiet_until_ns = 0;   /* the window was right */
+        if (g->doorbell_pause_until_ns < now + GS_GATE_DOORBELL_PAUSE_NS)
+            g->doorbell_pause_until_ns = now + GS_GATE_DOORBELL_PAUSE_NS;
+    } else if (!pause_slice_locked(g, now + GS_GATE_DOORBELL_PAUSE_NS)) {
+        return;
+    }
+    g->doorbell_quiet_until_ns = now + GS_GATE_DOORBELL_QUIET_NS;
+    atomic_store_explicit(&g->preempted_ns, now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->n_doorbell_pauses, 1, memory_order_relaxed);
+    uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
+    GS_DEBUG("token %llu: preemption doorbell %s, submissions paused (queued work ends in about %lld us)",
+             (unsigned long long)g->token_id, why, (long long)((int64_t)(queued_end - now) / 1000));
+}
+
+/* Anticipation (mu held, HOLDING): does work ending at work_end_ns run
+ * into the window in which tokend expects a preemptor of this slice to ask?
+ * Then pause until the ring, the window's end or the bound; windows are
+ * then ignored for GS_GATE_ANTICIPATION_QUIET_NS unless the ring comes. */
+bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns)
+{
+    uint64_t start, end;
+    if (g->revoke_pending || g->wrap_up || now < g->anticipation_quiet_until_ns ||
+        !gs_doorbell_expected_preemption(&g->doorbell, now, &start, &end) || work_end_ns <= start)
+        return false;
+    uint64_t bound = now + GS_GATE_ANTICIPATION_PAUSE_NS;
+    if (!pause_slice_locked(g, end < bound ? end : bound))
+        return false;
+    g->pause_anticipated = true;
+    g->anticipation_quiet_until_ns = now + GS_GATE_ANTICIPATION_QUIET_NS;
+    atomic_fetch_add_explicit(&g->n_anticipation_pauses, 1, memory_order_relaxed);
+    GS_DEBUG("token %llu: a preemptor is expected in %lld us; the next kernel (ending in %lld us) waits",
+             (unsigned long long)g->token_id, (long long)((int64_t)(start - now) / 1000),
+             (long long)((int64_t)(work_end_ns - now) / 1000));
+    return true;
+}
+
+void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why)
+{
+    if (g->pause_anticipated)
+        why = "no ring in the expected window after";
+    gs_gate_pause_unanswered_locked(g);
+    atomic_store_explicit(&g->open, g->doorbell_generation, memory_order_release);
+    GS_DEBUG("token %llu: %s the pause; submitting again", (unsigned long long)g->token_id, why);
+    pthread_cond_broadcast(&g->changed);
+}
+
+/* The listener thread heard a ring (preempt_doorbell.h) that stops this
+ * slice: close the gate as a Revoke would, but keep the token. tokend's
+ * Revoke (about 1 ms behind) ends the slice as usual. */
+static void on_doorbell(void *ctx)
+{
+    gs_gate *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, gs_gate_monotonic_ns()))
+        gs_gate_doorbell_pause_locked(g, "rang");
+    pthread_mutex_unlock(&g->mu);
+}
+
+void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority)
+{
+    gs_doorbell_attach(&g->doorbell, socket_path, slot, priority, on_doorbell, g);
+}

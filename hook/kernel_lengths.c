@@ -1,0 +1,331 @@
+/* kernel_lengths: what the gate knows of its GPU work's length, from
+ * checkpoint events. After the launch that ends a countdown (and the first
+ * of a slice) an event is recorded on its stream; completed events give
+ * the GPU time per launch (over intervals in which the GPU never ran dry),
+ * a per-CUfunction / per-CUgraphExec estimate (launches timed alone with a
+ * start event just before), and the checkpoint interval (~1 ms of GPU time
+ * per interval). At most GS_GATE_MAX_OUTSTANDING checkpoints stay
+ * outstanding after a launch. How much may be queued is decided in
+ * queue_bound.c. */
+#define _GNU_SOURCE
+#include "gate_internal.h"
+
+#include <string.h>
+
+#include "real_driver.h"
+
+/* Set when this thread's next checkpoint closes an interval during which the
+ * GPU never ran dry (the previous checkpoint was still pending). */
+static __thread bool tls_contiguous __attribute__((tls_model("initial-exec")));
+
+/* This thread's start event for its next single-launch checkpoint (it
+ * changes hands with the checkpoint slot's, so a recorded one is never
+ * re-recorded before it is read). */
+static __thread CUevent tls_start __attribute__((tls_model("initial-exec")));
+static __thread CUcontext tls_start_ctx __attribute__((tls_model("initial-exec")));
+static __thread bool tls_start_armed __attribute__((tls_model("initial-exec")));
+
+/* gs_gate_newest_pending_locked from a thread without the context (the keeper):
+ * push the checkpoint's context around the query. */
+bool gs_gate_newest_pending_any_thread_locked(gs_gate *g)
+{
+    if (g->queue_count == 0 || !gs_cu.cuEventQuery)
+        return false;
+    CUcontext ctx = g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]].ctx;
+    CUcontext popped;
+    bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+    bool busy = gs_gate_newest_pending_locked(g);
+    if (pushed)
+        gs_cu.cuCtxPopCurrent(&popped);
+    return busy;
+}
+
+/* Is GPU work this process queued still running? (The newest checkpoint not
+ * reached.) A busy checkpoint lock means a launch is waiting on it: busy. */
+bool gs_gate_gpu_work_outstanding(gs_gate *g)
+{
+    if (pthread_mutex_trylock(&g->checkpoint_mu) != 0)
+        return true;
+    bool busy = gs_gate_newest_pending_any_thread_locked(g);
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    return busy;
+}
+
+/* The longest work item this process submits, for tokend's quanta: the
+ * longer of the measured GPU time per launch and the longest per-function /
+ * per-graph estimate, when that is long, else 0 (unknown or short). */
+uint32_t gs_gate_work_item_us(gs_gate *g)
+{
+    uint32_t gpu_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    if (longest > gpu_us)
+        gpu_us = longest;
+    return gpu_us >= GS_GATE_LONG_KERNEL_US ? gpu_us : 0;
+}
+
+/* The process's GPU time per launch when its kernels are long, else 0. */
+uint64_t gs_gate_long_kernel_ns(gs_gate *g)
+{
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    return kernel_us >= GS_GATE_LONG_KERNEL_US ? (uint64_t)kernel_us * 1000ull : 0;
+}
+
+/* Stream capture: the newest checkpoint event was recorded in a
+ * stream that was not capturing, so waiting for it is allowed (the keeper
+ * runs in RELAXED capture mode). */
+void gs_gate_wait_newest_checkpoint(gs_gate *g)
+{
+    if (!gs_cu.cuEventSynchronize)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    if (g->queue_count > 0) {
+        gs_checkpoint *newest = &g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]];
+        CUcontext popped;
+        bool pushed = gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(newest->ctx) == CUDA_SUCCESS;
+        gs_cu.cuEventSynchronize(newest->event);
+        if (pushed)
+            gs_cu.cuCtxPopCurrent(&popped);
+    }
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
+static gs_work_estimate *estimate_slot(gs_gate *g, const void *work)
+{
+    uintptr_t h = (uintptr_t)work;
+    h ^= h >> 17;
+    h *= 0x9E3779B1u;
+    return &g->estimates[(h >> 7) % GS_GATE_WORK_ESTIMATES];
+}
+
+uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
+{
+    if (!work)
+        return 0;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    gs_work_estimate *e = estimate_slot(g, work);
+    uint32_t us = e->work == work ? e->gpu_us : 0;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    return us;
+}
+
+/* One launch of `work` took `us` from its stream reaching it to its end.
+ * The first launch of a slice may have queued behind the previous holder's
+ * tail (up to a whole kernel of someone else's), so its sample may only
+ * shrink an estimate already measured past a slice's first launch
+ * ("solid"); otherwise shrink at once, grow half way (a kernel's length
+ * also follows its arguments). The first measurement is taken as is; a
+ * colliding key takes the slot over. */
+static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bool first_of_slice)
+{
+    gs_work_estimate *e = estimate_slot(g, work);
+    if (e->work != work) {
+        e->work = work;
+        e->solid = false;
+    } else if (us > e->gpu_us) {
+        if (first_of_slice && e->solid)
+            return;
+        us = e->gpu_us + (us - e->gpu_us) / 2;
+    }
+    e->solid = e->solid || !first_of_slice;
+    e->gpu_us = us;
+    uint32_t longest = 0;
+    for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++)
+        if (g->estimates[i].work && g->estimates[i].gpu_us > longest)
+            longest = g->estimates[i].gpu_us;
+    atomic_store_explicit(&g->longest_work_us, longest, memory_order_relaxed);
+}
+
+static void adapt_interval(gs_gate *g, float ms, uint32_t launches, bool contiguous)
+{
+    /* Aim: one checkpoint interval ~ 1 ms of GPU timeline. */
+    double per_launch_ms = (double)ms / (double)launches;
+    /* GPU time per kernel only where the GPU was busy the whole interval:
+     * across an idle gap (think time) the events measure the gap too. */
+    if (contiguous)
+        atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(per_launch_ms * 1000.0), memory_order_relaxed);
+    double target = per_launch_ms > 0 ? 1.0 / per_launch_ms : GS_GATE_MAX_INTERVAL;
+    /* Grow smoothly, shrink at once: longer kernels must not queue for
+     * several intervals at the old, larger count. */
+    double current = (double)atomic_load_explicit(&g->interval, memory_order_relaxed);
+    double next = target < current ? target : 0.5 * current + 0.5 * target;
+    if (next < GS_GATE_MIN_INTERVAL)
+        next = GS_GATE_MIN_INTERVAL;
+    if (next > GS_GATE_MAX_INTERVAL)
+        next = GS_GATE_MAX_INTERVAL;
+    atomic_store_explicit(&g->interval, (int32_t)next, memory_order_relaxed);
+}
+
+static void complete_oldest_locked(gs_gate *g)
+{
+    int idx = g->queue[g->queue_head];
+    g->queue_head = (g->queue_head + 1) % GS_GATE_CHECKPOINTS;
+    g->queue_count--;
+    gs_checkpoint *cp = &g->checkpoints[idx];
+    if (g->last_done >= 0) {
+        gs_checkpoint *last = &g->checkpoints[g->last_done];
+        float ms = 0;
+        /* An interval spanning two slices holds the other holders' work
+         * between them: it measures nothing of ours. */
+        bool contiguous = cp->contiguous && last->generation == cp->generation;
+        if (last->ctx == cp->ctx && cp->launches > 0 && gs_cu.cuEventElapsedTime &&
+            gs_cu.cuEventElapsedTime(&ms, last->event, cp->event) == CUDA_SUCCESS)
+            adapt_interval(g, ms, cp->launches, contiguous);
+        last->state = 0;
+    }
+    float own_ms = 0;
+    if (cp->timed && cp->work && gs_cu.cuEventElapsedTime &&
+        gs_cu.cuEventElapsedTime(&own_ms, cp->start, cp->event) == CUDA_SUCCESS) {
+        record_estimate_locked(g, cp->work, (uint32_t)(own_ms * 1000.0f), cp->first_of_slice);
+        /* One launch timed alone: also the process's GPU time per launch. */
+        if (atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) == 0)
+            atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(own_ms * 1000.0f), memory_order_relaxed);
+    }
+    cp->timed = false;
+    cp->state = 2;
+    g->last_done = idx;
+}
+
+static void wait_oldest_locked(gs_gate *g)
+{
+    atomic_fetch_add_explicit(&g->n_checkpoint_waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    gs_cu.cuEventSynchronize(g->checkpoints[g->queue[g->queue_head]].event);
+    atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    complete_oldest_locked(g);
+}
+
+bool gs_gate_newest_pending_locked(gs_gate *g)
+{
+    if (g->queue_count == 0)
+        return false;
+    gs_checkpoint *newest = &g->checkpoints[g->queue[(g->queue_head + g->queue_count - 1) % GS_GATE_CHECKPOINTS]];
+    return gs_cu.cuEventQuery(newest->event) == CUDA_ERROR_NOT_READY;
+}
+
+void gs_gate_mark_start(CUstream stream, int ptsz)
+{
+    tls_start_armed = false;
+    CUcontext ctx = NULL;
+    if (!gs_cu.cuEventCreate || !gs_cu.cuEventRecord || !gs_cu.cuEventElapsedTime || !gs_cu.cuCtxGetCurrent ||
+        gs_cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    if (tls_start && tls_start_ctx != ctx) {
+        if (gs_cu.cuEventDestroy)
+            gs_cu.cuEventDestroy(tls_start);
+        tls_start = NULL;
+    }
+    if (!tls_start && gs_cu.cuEventCreate(&tls_start, 0) != CUDA_SUCCESS) {
+        tls_start = NULL;
+        return;
+    }
+    tls_start_ctx = ctx;
+    CUresult (*record)(CUevent, CUstream) = ptsz ? gs_cu.cuEventRecord_ptsz : gs_cu.cuEventRecord;
+    tls_start_armed = record && record(tls_start, stream) == CUDA_SUCCESS;
+}
+
+void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work)
+{
+    if (!gs_cu.cuEventCreate || !gs_cu.cuEventRecord || !gs_cu.cuEventQuery || !gs_cu.cuEventSynchronize ||
+        !gs_cu.cuCtxGetCurrent)
+        return;
+    CUcontext ctx = NULL;
+    if (gs_cu.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    atomic_fetch_add_explicit(&g->n_checkpoints, 1, memory_order_relaxed);
+    while (g->queue_count > 0) {
+        CUresult q = gs_cu.cuEventQuery(g->checkpoints[g->queue[g->queue_head]].event);
+        if (q == CUDA_ERROR_NOT_READY)
+            break;
+        complete_oldest_locked(g);
+    }
+    bool contiguous = tls_contiguous || g->queue_count >= GS_GATE_MAX_OUTSTANDING;
+    tls_contiguous = false;
+    while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
+        wait_oldest_locked(g);
+    /* Earlier work done: what this checkpoint closes is all that is queued
+     * (running or about to): in GPU time, the launch's own estimate when it
+     * closes one launch, else its launches at the process's GPU time per
+     * launch (kernels, graphs, copies and fills alike). */
+    uint64_t work_us = 0;
+    if (work && launches == 1) {
+        gs_work_estimate *e = estimate_slot(g, work);
+        work_us = e->work == work ? e->gpu_us : 0;
+    }
+    if (!work_us)
+        work_us = (uint64_t)(launches ? launches : 1) * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    /* Atomic: the keeper reads it under g->mu, not checkpoint_mu. */
+    __atomic_store_n(&g->newest_end_ns, gs_gate_monotonic_ns() + work_us * 1000ull, __ATOMIC_RELAXED);
+    int idx = -1;
+    for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
+        if (g->checkpoints[i].state == 0) {
+            idx = i;
+            break;
+        }
+    if (idx >= 0) {
+        gs_checkpoint *cp = &g->checkpoints[idx];
+        if (cp->event && cp->ctx != ctx) {
+            if (gs_cu.cuEventDestroy) {
+                gs_cu.cuEventDestroy(cp->event);
+                if (cp->start)
+                    gs_cu.cuEventDestroy(cp->start);
+            }
+            cp->event = NULL;
+            cp->start = NULL;
+        }
+        if (!cp->event && gs_cu.cuEventCreate(&cp->event, 0) != CUDA_SUCCESS)
+            cp->event = NULL;
+        if (cp->event) {
+            cp->ctx = ctx;
+            /* Same stream semantics as the launch: _ptsz launches record
+             * on the per-thread stream. */
+            CUresult (*record)(CUevent, CUstream) = ptsz ? gs_cu.cuEventRecord_ptsz : gs_cu.cuEventRecord;
+            if (record(cp->event, stream) == CUDA_SUCCESS) {
+                cp->state = 1;
+                cp->launches = launches;
+                cp->work = work;
+                cp->generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+                cp->first_of_slice = cp->generation != g->newest_generation;
+                g->newest_generation = cp->generation;
+                /* The launch's start event becomes the slot's; the slot's
+                 * spare (same context) becomes the thread's next one. */
+                cp->timed = work && launches == 1 && tls_start_armed && tls_start_ctx == ctx;
+                if (cp->timed) {
+                    CUevent spare = cp->start;
+                    cp->start = tls_start;
+                    tls_start = spare;
+                }
+                cp->contiguous = contiguous;
+                g->queue[(g->queue_head + g->queue_count) % GS_GATE_CHECKPOINTS] = idx;
+                g->queue_count++;
+            }
+        }
+    }
+    tls_start_armed = false;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
+void gs_gate_note_gap(void) { tls_contiguous = false; }
+
+void gs_gate_note_fed(gs_gate *g)
+{
+    /* Contiguous only if the running kernel outlasted the pacing sleep: an
+     * estimate too long lets the GPU run dry, and measuring across that gap
+     * would keep the estimate too long. */
+    pthread_mutex_lock(&g->checkpoint_mu);
+    tls_contiguous = gs_gate_newest_pending_locked(g);
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
+/* fork(): both locks held by gs_gate_fork_prepare; the child's CUDA state is gone. */
+void gs_gate_kernel_lengths_fork_child(gs_gate *g)
+{
+    g->newest_end_ns = 0;
+    memset(g->checkpoints, 0, sizeof g->checkpoints);
+    memset(g->estimates, 0, sizeof g->estimates);
+    atomic_store(&g->longest_work_us, 0);
+    tls_start = NULL;
+    tls_start_armed = false;
+    g->queue_head = g->queue_count = 0;
+    g->last_done = -1;
+}

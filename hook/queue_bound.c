@@ -1,0 +1,175 @@
+/* queue_bound: how much GPU work this process keeps queued past its gate,
+ * which is what the next holder (a preemptor above all) waits for. Decided
+ * here: before a checkpointed launch, pacing (a long kernel is submitted
+ * only when the queued work is within the feed-ahead margin of its end,
+ * while another group wants the GPU), wrap-up (a kernel that would end well
+ * past the quantum is not started in the slice), and at a slice's end the
+ * handover point (when the release goes out relative to the queued work's
+ * estimated end). The lengths come from kernel_lengths.c. */
+#define _GNU_SOURCE
+#include "gate_internal.h"
+
+#include "real_driver.h"
+
+/* Release this long before a handed-over slice's last long kernel ends: the
+ * release, the next grant and its first submission take about that long.
+ * In a process preempted lately, only GS_GATE_PREEMPTED_HANDOFF_LEAD_US: the
+ * next holder's first kernel then does not queue behind the last one (a
+ * preempting class arriving meanwhile would wait for both). */
+#define HANDOFF_LEAD_NS 1000000ull
+
+/* A higher class preempted this process lately: keep less queued ahead. */
+static bool recently_preempted(gs_gate *g, uint64_t now)
+{
+    uint64_t preempted = atomic_load_explicit(&g->preempted_ns, memory_order_relaxed);
+    return preempted && now - preempted < GS_GATE_PREEMPTION_MEMORY_NS;
+}
+
+/* Handoff without idle GPU: a slice handed to someone else is released as
+ * soon as the gate is closed, while its last work still runs, so the next
+ * holder's grant and first submission overlap it. What is queued is already
+ * bounded (checkpoints: ~2 ms of short kernels; pacing: a long kernel and
+ * its feed-ahead); with long kernels the release waits until the last one
+ * is within the handoff lead of its estimated end. A short tail runs at the
+ * start of the next slice and is charged to it: handoffs go both ways, so
+ * the tails even out. Returns the time this slice is charged up to: a long
+ * kernel still running (a preempted holder releases at once) is charged to
+ * this slice up to its estimated end, and work of unknown length (nothing
+ * measured yet: it may be a 1 s kernel) is waited for, so it is charged
+ * here, not to the next holder. */
+uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted)
+{
+    if (!gs_cu.cuEventQuery)
+        return gs_gate_monotonic_ns();
+    pthread_mutex_lock(&g->checkpoint_mu);
+    bool pending = gs_gate_newest_pending_any_thread_locked(g);
+    uint64_t queued_end = g->newest_end_ns;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    if (longest > kernel_us)
+        kernel_us = longest;
+    if (!pending)
+        return gs_gate_monotonic_ns();
+    if (kernel_us == 0) {
+        gs_gate_wait_newest_checkpoint(g);
+        return gs_gate_monotonic_ns();
+    }
+    uint64_t now = gs_gate_monotonic_ns();
+    if (kernel_us < GS_GATE_LONG_KERNEL_US)
+        return now;
+    if (preempted)   /* the waiter's work queues behind the tail anyway: grant it now */
+        return queued_end > now ? queued_end : now;
+    uint64_t lead = recently_preempted(g, now) ? GS_GATE_PREEMPTED_HANDOFF_LEAD_US * 1000ull : HANDOFF_LEAD_NS;
+    if (queued_end > now + lead)
+        gs_gate_sleep_until_ns(queued_end - lead);
+    return gs_gate_monotonic_ns();
+}
+
+/* ---- the bound's arithmetic (pure: tests call it through shim_api.h) ---- */
+
+/* How close to the end of its queued work the holder submits more: the
+ * submission must reach the GPU before it runs dry (a launch and a
+ * wake-up: GS_GATE_FEED_AHEAD_US, plus a quarter of a kernel for the
+ * estimate's error), but everything queued is what a preemptor waits for,
+ * so a process preempted lately keeps only GS_GATE_PREEMPTED_FEED_AHEAD_US. */
+uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately)
+{
+    if (preempted_lately)
+        return GS_GATE_PREEMPTED_FEED_AHEAD_US * 1000ull;
+    return GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
+}
+
+/* When the next submission (a launch of kernel_ns, which opens a batch of
+ * launches) may go: at once while nobody else wants the GPU; otherwise
+ * once the work already queued (ending at queued_end_ns) is within the
+ * feed-ahead margin of its end. So what is queued past the gate, in GPU
+ * time, stays under feed-ahead + one batch, whatever the kernels' length. */
+uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, bool contended,
+                                     bool preempted_lately)
+{
+    uint64_t ahead = gs_queue_bound_feed_ahead_ns(kernel_ns, preempted_lately);
+    if (!contended || queued_end_ns <= now_ns + ahead)
+        return now_ns;
+    return queued_end_ns - ahead;
+}
+
+/* Launches to let through on the fast path before the next check (the
+ * checkpoint interval, ~1 ms of GPU time). While another group wants the
+ * GPU, a batch is at most GS_GATE_CONTENDED_BATCH_US of GPU time (at least
+ * one launch): short kernels are then paced like long ones, in batches. */
+int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended)
+{
+    if (!contended || launch_gpu_us == 0)
+        return interval;
+    uint32_t batch = GS_GATE_CONTENDED_BATCH_US / launch_gpu_us;
+    if (batch < 1)
+        batch = 1;
+    return (int32_t)batch < interval ? (int32_t)batch : interval;
+}
+
+/* ---- applied ---- */
+
+int32_t gs_gate_batch_launches(gs_gate *g, int32_t interval)
+{
+    return gs_queue_bound_batch_launches(interval, atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed),
+                                         gs_doorbell_contended(&g->doorbell));
+}
+
+void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
+{
+    /* This kernel's or graph's own length when known: a process mixing
+     * short kernels and long graphs must not start a long one that does not
+     * fit because the last thing it measured was short. Copies and fills
+     * (no work key) count at the process's GPU time per launch. */
+    uint32_t kernel_us = gs_gate_work_estimate_us(g, work);
+    if (!kernel_us)
+        kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    /* Nobody else wants the GPU: no pacing (no gate closes for anyone, and
+     * a late wake-up on a busy machine would only idle the GPU: a lone
+     * tenant's p99 paid about 5% for it). Short kernels need no wrap-up or
+     * anticipation either. */
+    bool contended = gs_doorbell_contended(&g->doorbell);
+    bool long_kernel = kernel_us >= GS_GATE_LONG_KERNEL_US;
+    if (!kernel_us || (!long_kernel && !contended) || !gs_cu.cuEventQuery)
+        return;
+    uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    bool pending = gs_gate_newest_pending_locked(g);
+    uint64_t queued_end = g->newest_end_ns;
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    uint64_t now = gs_gate_monotonic_ns();
+    if (!pending || queued_end < now)
+        queued_end = now;
+    if (long_kernel) {
+        pthread_mutex_lock(&g->mu);
+        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
+            pthread_mutex_unlock(&g->mu);
+            return;   /* gs_gate_enter waits for the ring, the window's end or the bound */
+        }
+        /* Wrap-up: this kernel would end well past the slice's quantum. */
+        if (g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) {
+            uint64_t deadline = g->grant_ns + (uint64_t)g->quantum_us * 1000ull;
+            if (queued_end + kernel_ns > deadline + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION) {
+                g->wrap_up = true;
+                atomic_fetch_add_explicit(&g->n_wrap_ups, 1, memory_order_relaxed);
+                pthread_cond_signal(&g->keeper_wake);
+            }
+        }
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (!pending)
+        return;
+    /* Pace: submit when the queued work is within the feed-ahead margin of
+     * its end, so the GPU stays fed and a closing gate leaves about one
+     * batch (one kernel, when long) queued. */
+    uint64_t submit_at = gs_queue_bound_submit_at_ns(now, queued_end, kernel_ns, contended, recently_preempted(g, now));
+    if (submit_at > now) {
+        /* Waiting for its own GPU work: busy, not idle (the keeper must not
+         * end the slice as idle under a paced launch). */
+        atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+        gs_gate_sleep_until_ns(submit_at);
+        atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+    }
+    gs_gate_note_fed(g);
+}
