@@ -19,33 +19,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
-import pytest
-
-from gslice.experiment import SharingExperiment
 from gslice import simgpu
+from gslice.experiment import SharingExperiment
 from gslice.simgpu import kernel_trace
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = Path(__file__).resolve().parent / "programs"
-
 NEIGHBOUR_KERNEL_MS = 0.25
-# A loaded 2-core test machine wakes processes late (the token round trip
-# included): the bound applies to the median burst, with this much room.
+# A loaded 2-core test machine wakes processes late: the bound applies to
+# the median burst, with this much room.
 SLACK_MS = 0.2
 # The neighbours run under the shim (the feature: the gate bounds what they
 # leave queued). False runs them bare, with queues the GPU time-slices with
 # the burst: the check must then fail (its cut).
 NEIGHBOURS_UNDER_SHIM = True
-
-
-@pytest.fixture(scope="module")
-def burst_latency(sim_libs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("priority-bound") / "burst_latency"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", f"-I{PROGRAMS}",
-                    str(PROGRAMS / "burst_latency.c"), "-o", str(out), f"-L{sim_libs}", "-lcuda"], check=True)
-    return out
 
 
 def test_a_launched_burst_waits_at_most_one_neighbour_kernel_plus_the_switch(burst_latency, tmp_path):
