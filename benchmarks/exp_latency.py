@@ -180,8 +180,8 @@ def load_note() -> dict:
     return {"loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count()}
 
 
-def latency(seconds: float = 12.0, rounds: int = 4, cases: list[Case] | None = None) -> Result:
-    """`seconds` of bursts per series (~80 bursts a second: 12 s is ~1000),
+def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = None) -> Result:
+    """`seconds` of bursts per series (~65-80 bursts a second on a loaded 2-core VM: 16 s is >= 1000),
     split over `rounds` interleaved rounds."""
     cases = CASES if cases is None else cases
     result = Result("latency", device="simulated GPU (calibrated context model)")

@@ -54,11 +54,13 @@ def burst_summary(report: dict) -> dict:
 def fifo_throughput_bound(alone: dict, low_kernel_us: float) -> float:
     """The best throughput ratio a work-conserving scheduler (one that never
     idles the GPU while someone has work) can reach beside saturating
-    neighbours on the simulated GPU: kernels run one at a time and are not
-    preempted, so a burst arriving at a random moment first waits for the
-    running neighbour kernel's rest, low_kernel_us / 2 on average. (percent
-    of alone.) Anticipation beats it by idling the GPU before an expected
-    arrival, at the neighbours' expense (`neighbours_gpu`)."""
+    neighbours when kernels run one at a time and are not preempted: a burst
+    arriving at a random moment first waits for the running neighbour
+    kernel's rest, low_kernel_us / 2 on average (percent of alone). The
+    simulated GPU now time-slices contexts with preemption (simgpu/README.md),
+    so there a burst waits for the rest of a neighbour's slice instead, plus
+    a context switch. Anticipation beats it by idling the GPU before an
+    expected arrival, at the neighbours' expense (`neighbours_gpu`)."""
     period_ms = 1e3 / alone["bursts_per_s"]
     return period_ms / (period_ms + low_kernel_us / 2e3) * 100
 

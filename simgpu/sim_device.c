@@ -578,6 +578,7 @@ static uint32_t longest_waiting_locked(struct sim_device_shared *dev, uint32_t e
 /* Give the engine to context `to` at `now`: a switch from another context
  * costs ctx_switch_ns before its work may start; its slice starts then. */
 static void switch_locked(struct sim_device_shared *dev, uint32_t to, uint64_t now) {
+    if (to == 0 || to > SIM_MAX_PROCESSES) return; /* nobody in line (a waiter was reaped meanwhile) */
     uint32_t from = dev->ctx_owner;
     uint64_t cost = from != 0 && from != to ? dev->ctx_switch_ns : 0;
     if (from != to) {
@@ -628,8 +629,10 @@ static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_pro
             uint32_t owner = dev->ctx_owner;
             uint32_t slice = dev->ctx_timeslice_ns;
             if (owner == 0 || (owner != me && !context_busy_locked(dev, owner))) {
-                /* The engine's context has nothing queued: the next one in line gets it. */
-                switch_locked(dev, longest_waiting_locked(dev, 0), now);
+                /* The engine's context has nothing queued: the next one in line gets it
+                 * (this one, if its slot was reaped as dead while it waits). */
+                uint32_t next = longest_waiting_locked(dev, 0);
+                switch_locked(dev, next ? next : me, now);
                 continue;
             }
             uint64_t ready = dev->ctx_ready_ns, slice_end = dev->ctx_slice_end_ns;
@@ -753,7 +756,7 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
         __atomic_fetch_add(&dev->ctx_preemptions, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&slot->preempted, 1, __ATOMIC_RELAXED);
         begin_wait_locked(dev, slot, now);
-        switch_locked(dev, longest_waiting_locked(dev, me), now);
+        switch_locked(dev, longest_waiting_locked(dev, me), now); /* no-op if that one was reaped meanwhile */
     }
     turn->last_start_ns = first_start;
     turn->last_end_ns = last_end;

@@ -54,6 +54,15 @@ def programs(tmp_path_factory, sim_libs) -> dict[str, Path]:
     return built
 
 
+@pytest.fixture(scope="session")
+def burst_latency(sim_libs, tmp_path_factory) -> Path:
+    """programs/burst_latency.c: bursts, queues and saturating loops timed from C."""
+    out = tmp_path_factory.mktemp("burst-latency") / "burst_latency"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", f"-I{PROGRAMS}",
+                    str(PROGRAMS / "burst_latency.c"), "-o", str(out), f"-L{sim_libs}", "-lcuda"], check=True)
+    return out
+
+
 @pytest.fixture
 def sim_name(request):
     """A unique simulator name; its segment is removed after the test."""

@@ -9,28 +9,13 @@ slow side only where the model itself is what is measured."""
 from __future__ import annotations
 
 import statistics
-import subprocess
-from pathlib import Path
-
-import pytest
 
 from gslice import simgpu
 from gslice.simgpu import kernel_trace
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = Path(__file__).resolve().parent / "programs"
-
 SLICE_US = 2000
 SWITCH_US = 500
 MS = 1_000_000
-
-
-@pytest.fixture(scope="module")
-def burst_latency(sim_libs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("contexts") / "burst_latency"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", f"-I{PROGRAMS}",
-                    str(PROGRAMS / "burst_latency.c"), "-o", str(out), f"-L{sim_libs}", "-lcuda"], check=True)
-    return out
 
 
 def model_env(sim_name, trace_dir, label, **model):

@@ -1,0 +1,68 @@
+"""Issue 23 on the calibrated simulated GPU: once the shim lets a
+high-priority burst through, it waits for the GPU at most about one
+neighbour kernel plus the context switch, whatever the neighbours queued.
+
+Beside two saturating low-priority groups with 0.25 ms kernels that never
+synchronise (a PyTorch-like neighbour whose queue only the gate bounds), the
+H100 burst shape (8 x 215 us kernels, 10 +- 3 ms think: a fixed think locks
+the bursts onto one phase of the neighbours' slices, good or bad by luck)
+under the shim at high priority. The wait is measured by the simulated GPU:
+from the burst's first kernel's launch (the moment the shim let it through)
+to that kernel's start on the engine (kernel trace). Under the simulator's
+default model (2.09 ms time slices, compute preemption, 300 us per switch,
+as on an H100), work a neighbour's context still holds takes turns with the
+burst, so a burst that lands in a neighbour's slice waits for the rest of it
+(about 1 ms on average), not for one 0.25 ms kernel. How fast the token
+changes hands before that (the rest of the handover) is a speed target: see
+benchmarks/exp_latency.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from gslice import simgpu
+from gslice.experiment import SharingExperiment
+from gslice.simgpu import kernel_trace
+
+NEIGHBOUR_KERNEL_MS = 0.25
+# A loaded 2-core test machine wakes processes late: the bound applies to
+# the median burst, with this much room.
+SLACK_MS = 0.2
+# The neighbours run under the shim (the feature: the gate bounds what they
+# leave queued). False runs them bare, with queues the GPU time-slices with
+# the burst: the check must then fail (its cut).
+NEIGHBOURS_UNDER_SHIM = True
+
+
+def test_a_launched_burst_waits_at_most_one_neighbour_kernel_plus_the_switch(burst_latency, tmp_path):
+    with SharingExperiment(gpu="sim") as exp:
+        exp.add_group("inference", request=0.3, limit=1.0, memory="1GiB", priority="high")
+        exp.add_group("batch-a", request=0.35, limit=1.0, memory="1GiB", priority="low")
+        exp.add_group("batch-b", request=0.35, limit=1.0, memory="1GiB", priority="low")
+        for group in ("batch-a", "batch-b"):
+            neighbour = exp.spawn(group, [str(burst_latency), "loop", "60", str(int(NEIGHBOUR_KERNEL_MS * 1e6)), "0"],
+                                  shim=NEIGHBOURS_UNDER_SHIM, stdout=subprocess.PIPE, text=True)
+            assert neighbour.stdout.readline().strip() == "ready=1"
+        exp.sim_env[kernel_trace.ENV_KERNEL_TRACE] = str(tmp_path)
+        bursts = exp.spawn("inference", [str(burst_latency), "bursts", "6", "215000", "8", "10", "3"],
+                           stdout=subprocess.PIPE, text=True)
+        out, _ = bursts.communicate(timeout=120)
+        assert bursts.returncode == 0, out
+        with simgpu.SimGpu(exp.sim_name) as gpu:
+            switch_ms = gpu.engine_model().switch_ns / 1e6
+    report = json.loads(out.strip().splitlines()[-1])
+    runs = sorted(kernel_trace.read(tmp_path, report["pid"]), key=lambda r: r.enqueued_ns)
+    waits = []
+    for start, latency_ms in zip(report["burst_starts"][1:], report["latencies_ms"][1:]):  # the first pays start-up
+        start_ns = int(start * 1e9)
+        burst = [r for r in runs if start_ns <= r.enqueued_ns <= start_ns + latency_ms * 1e6]
+        assert len(burst) == 8, f"burst at {start} has {len(burst)} kernels in the trace, expected 8"
+        first = burst[0]  # launched once the shim let it through: what follows is the GPU's doing
+        waits.append((first.start_ns - first.enqueued_ns) / 1e6)
+    assert len(waits) >= 200, f"only {len(waits)} bursts in 6 s"
+    waits.sort()
+    median = waits[len(waits) // 2]
+    bound = NEIGHBOUR_KERNEL_MS + switch_ms + SLACK_MS
+    assert median <= bound, (f"the median burst's first kernel waited {median:.2f} ms for the GPU after its launch "
+                             f"(p90 {waits[int(0.9 * len(waits))]:.2f}); bound: one {NEIGHBOUR_KERNEL_MS} ms "
+                             f"neighbour kernel + {switch_ms} ms context switch + {SLACK_MS} ms slack = {bound:.2f} ms")
