@@ -320,6 +320,8 @@ void gs_ledger_flush(gs_ledger_account *a)
     int rc = gs_rpc_release_memory(a->rpc, bytes, RELEASE_WAIT_MS, &used, &quota);
     pthread_mutex_lock(&a->mu);
     if (rc == GS_RPC_OK) {
+        a->reply_quota = quota;
+        a->reply_used = used;
         a->n_flushes++;
         a->bytes_released += bytes;
         a->view_valid = false;
@@ -366,6 +368,12 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
         bool granted = false;
         uint64_t used = 0, quota = 0;
         int rc = gs_rpc_reserve(a->rpc, bytes, RESERVE_WAIT_MS, &granted, &used, &quota);
+        if (rc == GS_RPC_OK) {
+            pthread_mutex_lock(&a->mu);
+            a->reply_quota = quota;
+            a->reply_used = used;
+            pthread_mutex_unlock(&a->mu);
+        }
         if (rc == GS_RPC_OK && granted) {
             pthread_mutex_lock(&a->mu);
             a->held += bytes;
@@ -466,6 +474,15 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     return true;
 }
 
+bool gs_ledger_last_headroom(gs_ledger_account *a, uint64_t *headroom)
+{
+    pthread_mutex_lock(&a->mu);
+    bool known = a->reply_quota > 0;
+    *headroom = a->reply_quota > a->reply_used ? a->reply_quota - a->reply_used : 0;
+    pthread_mutex_unlock(&a->mu);
+    return known;
+}
+
 bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid)
 {
     bool found = false;
@@ -500,8 +517,11 @@ void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_lock(&map_mu);
     for (size_t i = 0; i < map_capacity; i++)
-        if (map_slots[i].kind && map_slots[i].account == a)
+        if (map_slots[i].kind && map_slots[i].account == a) {
             out->tracked_entries++;
+            if (map_slots[i].kind == GS_ALLOC_CONTEXT && map_slots[i].reserved)
+                out->context_reserves += map_slots[i].bytes;
+        }
     pthread_mutex_unlock(&map_mu);
 }
 
@@ -522,4 +542,5 @@ void gs_ledger_account_fork_child(gs_ledger_account *a)
     a->held = 0;
     a->pending_release = 0;
     a->view_valid = false;
+    a->reply_quota = a->reply_used = 0;
 }
