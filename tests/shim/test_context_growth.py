@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
-from shim_harness import PROGRAMS, ROOT, group_env, parse_kv
+from shim_harness import group_env, parse_kv
 
 MiB = 1 << 20
 QUOTA = 1024 * MiB
@@ -23,14 +21,6 @@ MODULE = 16 * MiB        # each distinct kernel's first launch
 RESERVE_MIB = 64         # the shim's per-context reserve
 MARGIN_MIB = 64          # the shim's growth margin
 CHUNK_MIB = 4
-
-
-@pytest.fixture(scope="module")
-def memory_probe(tmp_path_factory, sim_lib_dir):
-    out = tmp_path_factory.mktemp("context_growth") / "memory_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "memory_probe.c"),
-                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
-    return out
 
 
 def fill(runner, tokend, memory_probe, sim_name, warm, every, after, margin_mib=MARGIN_MIB):

@@ -5,11 +5,14 @@ both cuMemGetInfo and NVML's per-process used memory see it."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, ROOT
 from gslice import simgpu
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 MiB = 1 << 20
 
