@@ -83,8 +83,20 @@ static bool map_grow_locked(void)
     return true;
 }
 
+/* A context's reserve is counted on its account while its entry is in the map. */
+static void count_context_reserve(const map_entry *e, bool added)
+{
+    if (e->kind != GS_ALLOC_CONTEXT || !e->reserved || !e->account)
+        return;
+    if (added)
+        __atomic_add_fetch(&e->account->context_reserves, e->bytes, __ATOMIC_RELAXED);
+    else
+        __atomic_sub_fetch(&e->account->context_reserves, e->bytes, __ATOMIC_RELAXED);
+}
+
 static void map_remove_locked(map_entry *e)
 {
+    count_context_reserve(e, false);
     size_t mask = map_capacity - 1;
     size_t hole = (size_t)(e - map_slots);
     size_t i = hole;
@@ -115,6 +127,7 @@ static bool map_insert_locked(const map_entry *entry)
         i = (i + 1) & mask;
     map_slots[i] = *entry;
     map_count++;
+    count_context_reserve(entry, true);
     return true;
 }
 
@@ -517,12 +530,17 @@ void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_lock(&map_mu);
     for (size_t i = 0; i < map_capacity; i++)
-        if (map_slots[i].kind && map_slots[i].account == a) {
+        if (map_slots[i].kind && map_slots[i].account == a)
             out->tracked_entries++;
-            if (map_slots[i].kind == GS_ALLOC_CONTEXT && map_slots[i].reserved)
-                out->context_reserves += map_slots[i].bytes;
-        }
     pthread_mutex_unlock(&map_mu);
+}
+
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves)
+{
+    pthread_mutex_lock(&a->mu);
+    *held = a->held;
+    pthread_mutex_unlock(&a->mu);
+    *context_reserves = __atomic_load_n(&a->context_reserves, __ATOMIC_RELAXED);
 }
 
 void gs_ledger_fork_prepare(void) { pthread_mutex_lock(&map_mu); }
@@ -543,4 +561,5 @@ void gs_ledger_account_fork_child(gs_ledger_account *a)
     a->pending_release = 0;
     a->view_valid = false;
     a->reply_quota = a->reply_used = 0;
+    a->context_reserves = 0;
 }

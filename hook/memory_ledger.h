@@ -54,6 +54,7 @@ typedef struct gs_ledger_account {
     uint64_t attach_epoch;       /* bumped by each re-declaration (re-attach) */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     uint64_t reply_quota, reply_used;   /* the group's figures in tokend's last memory reply (0, 0: none yet) */
+    uint64_t context_reserves;          /* __atomic: bytes of its tracked GS_ALLOC_CONTEXT entries (reserved) */
     bool view_valid;
     uint32_t view_pids[256];     /* the group's processes on this GPU (NVML listing) */
     int view_n_pids;
@@ -64,7 +65,6 @@ typedef struct gs_ledger_stats {
     uint64_t held;
     uint64_t pending_release;
     uint64_t tracked_entries;
-    uint64_t context_reserves;   /* bytes of its entries that are context reserves (GS_ALLOC_CONTEXT) */
     uint64_t reservations;
     uint64_t refusals;
     uint64_t flushes;
@@ -124,6 +124,9 @@ bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 uint64_t gs_ledger_redeclare(gs_ledger_account *a);
 
 void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out);
+/* What this process holds at tokend and how much of it is context reserves
+ * (cheap: no scan of the map). */
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves);
 
 void gs_ledger_fork_prepare(void);
 void gs_ledger_fork_parent(void);

@@ -99,10 +99,10 @@ static bool reconcile(struct gs_slot *slot, overhead_figures *f)
         return true;
     uint64_t margin = gs_config_get()->growth_margin;
     pthread_mutex_lock(&overhead_mu);
-    gs_ledger_stats st;
-    gs_ledger_get_stats(&slot->ledger, &st);
-    uint64_t entries = st.held > charged_extra ? st.held - charged_extra : 0;
-    uint64_t reserves = st.context_reserves < entries ? st.context_reserves : entries;
+    uint64_t held, context_reserves;
+    gs_ledger_charges(&slot->ledger, &held, &context_reserves);
+    uint64_t entries = held > charged_extra ? held - charged_extra : 0;
+    uint64_t reserves = context_reserves < entries ? context_reserves : entries;
     uint64_t allocations = entries - reserves;
     uint64_t hidden = used > allocations ? used - allocations : 0;
     uint64_t want = hidden && hidden + margin > reserves ? hidden + margin - reserves : 0;
