@@ -153,8 +153,8 @@ bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char
     GS_WARN("%s of %llu bytes refused: this process uses %llu bytes of device memory (NVML per-process), of "
             "which %llu are charged for allocations, %llu as context reserves (GSLICE_CONTEXT_RESERVE_MIB) and %llu "
             "for earlier growth; its context grew without an allocation call (lazily loaded kernels, library "
-            "state) and the group's quota has no room to charge that growth plus the "
-            "GSLICE_CONTEXT_GROWTH_MARGIN_MIB margin (%llu bytes) (CUDA_ERROR_OUT_OF_MEMORY)",
+            "state) and the group's quota has no room for the %llu bytes more that charging it takes (the growth, "
+            "with GSLICE_CONTEXT_GROWTH_MARGIN_MIB kept above it) (CUDA_ERROR_OUT_OF_MEMORY)",
             what, (unsigned long long)bytes, (unsigned long long)f.nvml_used, (unsigned long long)f.allocations,
             (unsigned long long)f.reserves, (unsigned long long)f.extra, (unsigned long long)f.uncharged);
     return false;
