@@ -83,7 +83,8 @@ typedef struct overhead_figures {
     uint64_t allocations;    /* charged for allocations and pools */
     uint64_t reserves;       /* charged as context reserves */
     uint64_t extra;          /* charged for memory beyond both, after this reconciliation */
-    uint64_t uncharged;      /* wanted but refused (over the quota) */
+    uint64_t uncharged;      /* wanted but not charged */
+    bool tokend_away;        /* ... because tokend did not answer (the ledger logged it) */
 } overhead_figures;
 
 /* hidden = NVML's figure minus the allocations charged: the context's own
@@ -107,6 +108,7 @@ static bool reconcile(struct gs_slot *slot, overhead_figures *f)
     uint64_t hidden = used > allocations ? used - allocations : 0;
     uint64_t want = hidden && hidden + margin > reserves ? hidden + margin - reserves : 0;
     uint64_t uncharged = 0;
+    bool away = false;
     if (want > charged_extra) {
         uint64_t more = want - charged_extra;
         int r = gs_ledger_reserve(&slot->ledger, more,
@@ -115,12 +117,12 @@ static bool reconcile(struct gs_slot *slot, overhead_figures *f)
         if (r == GS_RESERVE_GRANTED)
             charged_extra += more;
         else if (r != GS_RESERVE_UNMETERED)
-            uncharged = more;
+            uncharged = more, away = r == GS_RESERVE_UNAVAILABLE;
     } else if (want < charged_extra) {
         gs_ledger_give_back(&slot->ledger, charged_extra - want);
         charged_extra = want;
     }
-    *f = (overhead_figures){used, allocations, reserves, charged_extra, uncharged};
+    *f = (overhead_figures){used, allocations, reserves, charged_extra, uncharged, away};
     pthread_mutex_unlock(&overhead_mu);
     return uncharged == 0;
 }
@@ -130,9 +132,10 @@ bool gs_overhead_reconcile(struct gs_slot *slot)
     overhead_figures f;
     if (reconcile(slot, &f))
         return true;
-    GS_WARN("this process uses %llu bytes of device memory (NVML); charging its growth plus the "
-            "GSLICE_CONTEXT_GROWTH_MARGIN_MIB margin (%llu bytes more) does not fit the group's quota",
-            (unsigned long long)f.nvml_used, (unsigned long long)f.uncharged);
+    if (!f.tokend_away)
+        GS_WARN("this process uses %llu bytes of device memory (NVML); charging its growth plus the "
+                "GSLICE_CONTEXT_GROWTH_MARGIN_MIB margin (%llu bytes more) does not fit the group's quota",
+                (unsigned long long)f.nvml_used, (unsigned long long)f.uncharged);
     return false;
 }
 
@@ -150,6 +153,8 @@ bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char
     overhead_figures f;
     if (reconcile(slot, &f))
         return true;
+    if (f.tokend_away)
+        return false;   /* the ledger said why (GSLICE_DAEMON_WAIT_MS) */
     GS_WARN("%s of %llu bytes refused: this process uses %llu bytes of device memory (NVML per-process), of "
             "which %llu are charged for allocations, %llu as context reserves (GSLICE_CONTEXT_RESERVE_MIB) and %llu "
             "for earlier growth; its context grew without an allocation call (lazily loaded kernels, library "

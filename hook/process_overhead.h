@@ -31,9 +31,9 @@
 struct gs_slot;
 
 /* Charge (or give back) the difference between NVML's per-process used
- * memory and what the ledger holds. False when growth was found that the
- * group's quota has no room for (it stays uncharged); true otherwise,
- * including when NVML cannot say. */
+ * memory (plus the margin) and what the ledger holds. False when growth was
+ * found that could not be charged (no room in the group's quota, or tokend
+ * away): it stays uncharged. True otherwise, including when NVML cannot say. */
 bool gs_overhead_reconcile(struct gs_slot *slot);
 /* Before reserving bytes for an allocation on slot (what: the entry point,
  * for the log line): reconcile first when the last reconciliation is older
