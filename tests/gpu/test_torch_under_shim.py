@@ -9,7 +9,8 @@ PyTorch 2.x with the CUDA 13 runtime).
   and backend:cudaMallocAsync (stream-ordered pool) held to a memory quota;
 - a cuBLAS matmul loop held to a 30 % limit;
 - NVML's own-process used memory is covered by the group's charge (context
-  memory included).
+  memory included), and after a matmul and a fill to the quota stays within
+  the quota (default allocator, expandable segments, cudaMallocAsync).
 
 Results are printed on lines starting with "gpu-result:" (run with -s).
 Skipped without a real GPU (conftest.py) or without PyTorch."""
@@ -191,20 +192,27 @@ def test_cublas_matmul_loop_is_held_to_a_share(tmp_path):
     assert ratio < 0.6
 
 
-NVML_OWN = r"""
-import json, os, sys, torch, pynvml
+# NVML's used memory of this process (None: NVML lists none, e.g. another pid namespace).
+NVML_OWN_USED = r"""
+def nvml_own_used():
+    import os, pynvml
+    pynvml.nvmlInit()
+    used = None
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+            if p.pid == os.getpid():
+                used = p.usedGpuMemory
+    return used
+"""
+
+NVML_OWN = NVML_OWN_USED + r"""
+import json, sys, torch
 x = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
 y = torch.randn(2048, 2048, device="cuda") @ torch.randn(2048, 2048, device="cuda")   # loads cuBLAS
 torch.cuda.synchronize()
 torch.cuda.mem_get_info()                  # a memory query: the shim reconciles with NVML here
-pynvml.nvmlInit()
-used = None
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-        if p.pid == os.getpid():
-            used = p.usedGpuMemory
-print(json.dumps({"nvml_used": used, "torch_reserved": torch.cuda.memory_reserved()}))
+print(json.dumps({"nvml_used": nvml_own_used(), "torch_reserved": torch.cuda.memory_reserved()}))
 sys.stdout.flush()
 input()
 """
@@ -222,3 +230,45 @@ def test_nvml_own_process_used_memory_is_covered_by_the_group_charge(tmp_path):
     if report["nvml_used"] is None:
         pytest.skip("NVML lists no per-process memory here (e.g. a container without the host pid namespace)")
     assert charged >= report["nvml_used"], "the process uses device memory its group is not charged for"
+
+
+FILL_AFTER_MATMUL = NVML_OWN_USED + r"""
+import json, sys, torch
+a = torch.randn(4096, 4096, device="cuda")
+(a @ a).sum().item()                       # cuBLAS loads its kernels and builds its state first
+chunks, refused = [], None
+try:
+    for _ in range(1024):
+        chunks.append(torch.empty(16 * 2**20, dtype=torch.uint8, device="cuda"))
+except torch.cuda.OutOfMemoryError as e:
+    refused = str(e).splitlines()[0]
+(a @ a).sum().item()
+torch.cuda.synchronize()
+print(json.dumps({"allocated": len(chunks) * 16 * 2**20, "refused": refused, "nvml_used": nvml_own_used()}))
+sys.stdout.flush()
+input()
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True", "backend:cudaMallocAsync"])
+def test_footprint_after_a_matmul_and_a_fill_stays_within_the_quota(tmp_path, conf):
+    """The quota holds for the process's whole footprint as NVML sees it: on
+    an H100 a matmul before filling a 4 GiB quota left NVML at 4134-4234 MiB
+    while the shim reconciled only at memory queries (hook/README.md, "The
+    footprint under the quota")."""
+    quota = 4 * GIB
+    with SharingExperiment(tmp_path / "exp", gpu="real") as exp:
+        exp.add_group("mem", request="50%", limit="100%", memory=quota)
+        proc = spawn(exp, "mem", FILL_AFTER_MATMUL, extra_env={"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else None)
+        report = read_json_line(proc, f"torch fill after a matmul ({conf or 'default allocator'})")
+        charged = exp.admin.status().group("mem").memory_used
+        proc.kill()
+    used = report["nvml_used"]
+    print(f"gpu-result: torch {conf or 'default allocator'} after a matmul: allocated "
+          f"{report['allocated'] / MIB:.0f} MiB before {report['refused']!r}; group charged {charged / MIB:.0f} MiB; "
+          f"NVML own-process used {used if used is None else f'{used / MIB:.0f} MiB'}; quota {quota / MIB:.0f} MiB")
+    assert report["refused"], f"1024 x 16 MiB all fit in a {quota} byte quota: {report}"
+    if used is None:
+        pytest.skip("NVML lists no per-process memory here (e.g. a container without the host pid namespace)")
+    assert used <= quota, f"the process holds {(used - quota) / MIB:.0f} MiB more than its quota (NVML)"
+    assert used <= charged, "the process uses device memory its group is not charged for"
