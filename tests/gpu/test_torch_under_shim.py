@@ -129,14 +129,22 @@ def test_torch_cuda_graph_capture_and_replay_beside_a_busy_group(tmp_path, mode)
     assert granted > 0, "the replays never asked for a token: cuGraphLaunch escaped the gate"
 
 
-ALLOC = r"""
+# Allocate count chunks until PyTorch refuses one: (chunks, first line of the refusal or None).
+FILL = r"""
+def fill(chunk_bytes, count):
+    import torch
+    chunks, refused = [], None
+    try:
+        for _ in range(count):
+            chunks.append(torch.empty(chunk_bytes, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError as e:
+        refused = str(e).splitlines()[0]
+    return chunks, refused
+"""
+
+ALLOC = FILL + r"""
 import json, torch
-chunks, refused = [], None
-try:
-    for _ in range(256):
-        chunks.append(torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda"))
-except torch.cuda.OutOfMemoryError as e:
-    refused = str(e).splitlines()[0]
+chunks, refused = fill(64 * 2**20, 256)
 free, total = torch.cuda.mem_get_info()
 print(json.dumps({"allocated": len(chunks) * 64 * 2**20, "refused": refused, "free": free, "total": total,
                   "reserved": torch.cuda.memory_reserved()}))
@@ -232,16 +240,11 @@ def test_nvml_own_process_used_memory_is_covered_by_the_group_charge(tmp_path):
     assert charged >= report["nvml_used"], "the process uses device memory its group is not charged for"
 
 
-FILL_AFTER_MATMUL = NVML_OWN_USED + r"""
+FILL_AFTER_MATMUL = NVML_OWN_USED + FILL + r"""
 import json, sys, torch
 a = torch.randn(4096, 4096, device="cuda")
 (a @ a).sum().item()                       # cuBLAS loads its kernels and builds its state first
-chunks, refused = [], None
-try:
-    for _ in range(1024):
-        chunks.append(torch.empty(16 * 2**20, dtype=torch.uint8, device="cuda"))
-except torch.cuda.OutOfMemoryError as e:
-    refused = str(e).splitlines()[0]
+chunks, refused = fill(16 * 2**20, 1024)
 (a @ a).sum().item()
 torch.cuda.synchronize()
 print(json.dumps({"allocated": len(chunks) * 16 * 2**20, "refused": refused, "nvml_used": nvml_own_used()}))
