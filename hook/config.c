@@ -63,6 +63,22 @@ static void copy_str(char *dst, size_t cap, const char *src, const char *name)
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+/* A size in MiB (0..1048576) as bytes; the default when unset or malformed. */
+static unsigned long long mib_setting(const char *(*lookup)(const char *name), const char *name,
+                                      unsigned long long default_mib)
+{
+    const char *v = lookup(name);
+    if (!v || !*v)
+        return default_mib << 20;
+    char *end;
+    long mib = strtol(v, &end, 10);
+    if (*end || mib < 0 || mib > 1048576) {
+        GS_WARN("%s=%s is not a number of MiB in 0..1048576 (using %llu)", name, v, default_mib);
+        return default_mib << 20;
+    }
+    return (unsigned long long)mib << 20;
+}
+
 void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
 {
     memset(cfg, 0, sizeof *cfg);
@@ -120,15 +136,13 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     /* Device memory a context costs that no allocation call shows (context
      * state, module code, device heap and stacks): hundreds of MiB on
      * recent GPUs. Charged to the group per context. */
-    cfg->context_reserve = 512ull << 20;
-    if ((v = lookup("GSLICE_CONTEXT_RESERVE_MIB")) && *v) {
-        char *end;
-        long mib = strtol(v, &end, 10);
-        if (*end || mib < 0 || mib > 1048576)
-            GS_WARN("GSLICE_CONTEXT_RESERVE_MIB=%s is not a number of MiB in 0..1048576 (using 512)", v);
-        else
-            cfg->context_reserve = (unsigned long long)mib << 20;
-    }
+    cfg->context_reserve = mib_setting(lookup, "GSLICE_CONTEXT_RESERVE_MIB", 512);
+
+    /* Room kept charged above what the driver already shows for the
+     * process (process_overhead.h): growth after the last allocation (a
+     * kernel's first launch loading its module) up to this much stays
+     * inside the quota. */
+    cfg->growth_margin = mib_setting(lookup, "GSLICE_CONTEXT_GROWTH_MARGIN_MIB", 64);
 
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }

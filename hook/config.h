@@ -23,6 +23,8 @@ typedef struct gs_config {
     int on_daemon_loss;        /* unused: the policy is the operator's, gs_config_daemon_loss() */
     int daemon_wait_ms;        /* GSLICE_DAEMON_WAIT_MS, default 30000 */
     unsigned long long context_reserve; /* GSLICE_CONTEXT_RESERVE_MIB (default 512): bytes charged per context */
+    unsigned long long growth_margin;   /* GSLICE_CONTEXT_GROWTH_MARGIN_MIB (default 64): bytes charged above NVML's
+                                           per-process figure once it exceeds the context reserves */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

@@ -83,8 +83,20 @@ static bool map_grow_locked(void)
     return true;
 }
 
+/* A context's reserve is counted on its account while its entry is in the map. */
+static void count_context_reserve(const map_entry *e, bool added)
+{
+    if (e->kind != GS_ALLOC_CONTEXT || !e->reserved || !e->account)
+        return;
+    if (added)
+        __atomic_add_fetch(&e->account->context_reserves, e->bytes, __ATOMIC_RELAXED);
+    else
+        __atomic_sub_fetch(&e->account->context_reserves, e->bytes, __ATOMIC_RELAXED);
+}
+
 static void map_remove_locked(map_entry *e)
 {
+    count_context_reserve(e, false);
     size_t mask = map_capacity - 1;
     size_t hole = (size_t)(e - map_slots);
     size_t i = hole;
@@ -115,6 +127,7 @@ static bool map_insert_locked(const map_entry *entry)
         i = (i + 1) & mask;
     map_slots[i] = *entry;
     map_count++;
+    count_context_reserve(entry, true);
     return true;
 }
 
@@ -320,6 +333,8 @@ void gs_ledger_flush(gs_ledger_account *a)
     int rc = gs_rpc_release_memory(a->rpc, bytes, RELEASE_WAIT_MS, &used, &quota);
     pthread_mutex_lock(&a->mu);
     if (rc == GS_RPC_OK) {
+        a->reply_quota = quota;
+        a->reply_used = used;
         a->n_flushes++;
         a->bytes_released += bytes;
         a->view_valid = false;
@@ -366,6 +381,12 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
         bool granted = false;
         uint64_t used = 0, quota = 0;
         int rc = gs_rpc_reserve(a->rpc, bytes, RESERVE_WAIT_MS, &granted, &used, &quota);
+        if (rc == GS_RPC_OK) {
+            pthread_mutex_lock(&a->mu);
+            a->reply_quota = quota;
+            a->reply_used = used;
+            pthread_mutex_unlock(&a->mu);
+        }
         if (rc == GS_RPC_OK && granted) {
             pthread_mutex_lock(&a->mu);
             a->held += bytes;
@@ -469,6 +490,15 @@ bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint6
     return true;
 }
 
+bool gs_ledger_last_headroom(gs_ledger_account *a, uint64_t *headroom)
+{
+    pthread_mutex_lock(&a->mu);
+    bool known = a->reply_quota > 0;
+    *headroom = a->reply_quota > a->reply_used ? a->reply_quota - a->reply_used : 0;
+    pthread_mutex_unlock(&a->mu);
+    return known;
+}
+
 bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid)
 {
     bool found = false;
@@ -508,6 +538,14 @@ void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
     pthread_mutex_unlock(&map_mu);
 }
 
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves)
+{
+    pthread_mutex_lock(&a->mu);
+    *held = a->held;
+    pthread_mutex_unlock(&a->mu);
+    *context_reserves = __atomic_load_n(&a->context_reserves, __ATOMIC_RELAXED);
+}
+
 void gs_ledger_fork_prepare(void) { pthread_mutex_lock(&map_mu); }
 void gs_ledger_fork_parent(void) { pthread_mutex_unlock(&map_mu); }
 
@@ -525,4 +563,6 @@ void gs_ledger_account_fork_child(gs_ledger_account *a)
     a->held = 0;
     a->pending_release = 0;
     a->view_valid = false;
+    a->reply_quota = a->reply_used = 0;
+    a->context_reserves = 0;
 }

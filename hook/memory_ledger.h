@@ -53,6 +53,8 @@ typedef struct gs_ledger_account {
     uint64_t pending_release;    /* freed here, not yet told to tokend */
     uint64_t attach_epoch;       /* bumped by each re-declaration (re-attach) */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
+    uint64_t reply_quota, reply_used;   /* the group's figures in tokend's last memory reply (0, 0: none yet) */
+    uint64_t context_reserves;          /* __atomic: bytes of its tracked GS_ALLOC_CONTEXT entries (reserved) */
     bool view_valid;
     uint32_t view_pids[256];     /* the group's processes on this GPU (NVML listing) */
     int view_n_pids;
@@ -111,6 +113,10 @@ void gs_ledger_vmm_unmapped(uint64_t va, uint64_t size);
 void gs_ledger_flush(gs_ledger_account *a);
 /* The group's view: quota, used, physical total (false: tokend away). */
 bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint64_t *physical);
+/* The group's room left (quota - used) as of tokend's last reply to a
+ * reservation or release of this process; false before the first. Costs
+ * no RPC: other processes of the group may have used some of it since. */
+bool gs_ledger_last_headroom(gs_ledger_account *a, uint64_t *headroom);
 /* Is pid one of the group's processes on this GPU (as of the last view)? */
 bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 /* Bytes this process holds (re-declared at every re-attach); forgets
@@ -118,6 +124,9 @@ bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 uint64_t gs_ledger_redeclare(gs_ledger_account *a);
 
 void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out);
+/* What this process holds at tokend and how much of it is context reserves
+ * (cheap: no scan of the map). */
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves);
 
 void gs_ledger_fork_prepare(void);
 void gs_ledger_fork_parent(void);

@@ -255,12 +255,16 @@ static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstre
 
 /* ---------------- allocations: reserve first, then the real call ---------------- */
 
-/* Reserve bytes on slot's account; false means answer CUDA_ERROR_OUT_OF_MEMORY. */
+/* Reserve bytes on slot's account; false means answer CUDA_ERROR_OUT_OF_MEMORY.
+ * The context's growth since the last look is charged first
+ * (process_overhead.h). */
 static bool reserve_on(gs_slot *slot, uint64_t bytes, const char *what, bool *reserved)
 {
     *reserved = false;
     if (!slot)
         return true;
+    if (!gs_overhead_before_reserve(slot, bytes, what))
+        return false;
     int r = gs_ledger_reserve(&slot->ledger, bytes, what);
     if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE)
         return false;
@@ -337,7 +341,8 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
     if (!slot || (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   \
         return fn call_args;                                                           \
     CUmemoryPool from = (pool_expr);                                                   \
-    if (from && !gs_pool_charge_growth(&slot->ledger, from, bytesize))                 \
+    if (from && (!gs_overhead_before_reserve(slot, bytesize, "cuMemAllocAsync") ||     \
+                 !gs_pool_charge_growth(&slot->ledger, from, bytesize)))               \
         return CUDA_ERROR_OUT_OF_MEMORY;                                               \
     CUresult rc = fn call_args;                                                        \
     gs_pools_reconcile();                                                              \

@@ -3,17 +3,39 @@
 #include "process_overhead.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "device_slot.h"
+#include "config.h"
 #include "log.h"
 #include "memory_ledger.h"
+#include "memory_pools.h"
 #include "real_driver.h"
 
 typedef nvmlReturn_t (*processes_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
 
+/* How often an allocation reconciles when the group has room: NVML's
+ * process list costs ~0.1-1 ms on a real GPU, so at most one call per
+ * 20 ms keeps it under ~5% of a thread that does nothing but allocate
+ * (frameworks cache allocations; most call the driver far less). Growth
+ * found late while far from the quota cannot push the footprint over it;
+ * near the quota every allocation reconciles: below 512 MiB of room after
+ * the allocation, which is more than a context grew between allocations on
+ * an H100 (cuBLAS's first matmul: ~100-300 MiB beyond the reserve). */
+#define GS_OVERHEAD_RECONCILE_INTERVAL_MS 20
+#define GS_OVERHEAD_NEAR_QUOTA_MIB 512
+
 static pthread_mutex_t overhead_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t charged_extra;   /* charged beyond the ledger's own entries (one slot: single GPU) */
+static uint64_t charged_extra;     /* charged beyond the ledger's own entries (one slot: single GPU) */
+static uint64_t last_reconcile_ns; /* __atomic: when NVML was last asked (0: never) */
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* NVML's used memory of this process on the daemon's GPU; false when NVML
  * cannot say (no NVML, not initialised, not listed). */
@@ -55,33 +77,97 @@ static bool nvml_own_used(struct gs_slot *slot, uint64_t *used)
     return false;
 }
 
-void gs_overhead_reconcile(struct gs_slot *slot)
+/* What one reconciliation found (for the refusal's log line). */
+typedef struct overhead_figures {
+    uint64_t nvml_used;      /* NVML's per-process used memory */
+    uint64_t allocations;    /* charged for allocations and pools */
+    uint64_t reserves;       /* charged as context reserves */
+    uint64_t extra;          /* charged for memory beyond both, after this reconciliation */
+    uint64_t uncharged;      /* wanted but not charged */
+    bool tokend_away;        /* ... because tokend did not answer (the ledger logged it) */
+} overhead_figures;
+
+/* hidden = NVML's figure minus the allocations charged: the context's own
+ * memory. Charged for it: the context reserves, and beyond them whatever
+ * hidden + margin exceeds them, so growth up to the margin after this
+ * point still fits the quota. A process that shows nothing beyond its
+ * allocations (the simulated GPU without context memory) gets no margin. */
+static bool reconcile(struct gs_slot *slot, overhead_figures *f)
 {
     uint64_t used;
+    __atomic_store_n(&last_reconcile_ns, monotonic_ns(), __ATOMIC_RELAXED);
     if (!slot || !nvml_own_used(slot, &used))
-        return;
+        return true;
+    uint64_t margin = gs_config_get()->growth_margin;
     pthread_mutex_lock(&overhead_mu);
-    gs_ledger_stats st;
-    gs_ledger_get_stats(&slot->ledger, &st);
-    uint64_t entries = st.held > charged_extra ? st.held - charged_extra : 0;
-    uint64_t want = used > entries ? used - entries : 0;
+    uint64_t held, context_reserves;
+    gs_ledger_charges(&slot->ledger, &held, &context_reserves);
+    uint64_t entries = held > charged_extra ? held - charged_extra : 0;
+    uint64_t reserves = context_reserves < entries ? context_reserves : entries;
+    uint64_t allocations = entries - reserves;
+    uint64_t hidden = used > allocations ? used - allocations : 0;
+    uint64_t want = hidden && hidden + margin > reserves ? hidden + margin - reserves : 0;
+    uint64_t uncharged = 0;
+    bool away = false;
     if (want > charged_extra) {
         uint64_t more = want - charged_extra;
-        int r = gs_ledger_reserve(&slot->ledger, more, "device memory beyond allocations (NVML per-process used)");
+        int r = gs_ledger_reserve(&slot->ledger, more,
+                                  "device memory beyond allocations (NVML per-process used + "
+                                  "GSLICE_CONTEXT_GROWTH_MARGIN_MIB)");
         if (r == GS_RESERVE_GRANTED)
             charged_extra += more;
         else if (r != GS_RESERVE_UNMETERED)
-            GS_WARN("this process uses %llu bytes of device memory (NVML), %llu beyond what it charged; the group "
-                    "is at its quota", (unsigned long long)used, (unsigned long long)more);
+            uncharged = more, away = r == GS_RESERVE_UNAVAILABLE;
     } else if (want < charged_extra) {
         gs_ledger_give_back(&slot->ledger, charged_extra - want);
         charged_extra = want;
     }
+    *f = (overhead_figures){used, allocations, reserves, charged_extra, uncharged, away};
     pthread_mutex_unlock(&overhead_mu);
+    return uncharged == 0;
+}
+
+bool gs_overhead_reconcile(struct gs_slot *slot)
+{
+    overhead_figures f;
+    if (reconcile(slot, &f))
+        return true;
+    if (!f.tokend_away)
+        GS_WARN("this process uses %llu bytes of device memory (NVML); charging its growth plus the "
+                "GSLICE_CONTEXT_GROWTH_MARGIN_MIB margin (%llu bytes more) does not fit the group's quota",
+                (unsigned long long)f.nvml_used, (unsigned long long)f.uncharged);
+    return false;
+}
+
+bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char *what)
+{
+    if (!slot)
+        return true;
+    uint64_t last = __atomic_load_n(&last_reconcile_ns, __ATOMIC_RELAXED);
+    uint64_t room;
+    bool near = !gs_ledger_last_headroom(&slot->ledger, &room) ||
+                room < bytes + ((uint64_t)GS_OVERHEAD_NEAR_QUOTA_MIB << 20);
+    if (!near && last && monotonic_ns() - last < GS_OVERHEAD_RECONCILE_INTERVAL_MS * 1000000ull)
+        return true;
+    gs_pools_reconcile();   /* pool growth is the pools' charge, not hidden memory */
+    overhead_figures f;
+    if (reconcile(slot, &f))
+        return true;
+    if (f.tokend_away)
+        return false;   /* the ledger said why (GSLICE_DAEMON_WAIT_MS) */
+    GS_WARN("%s of %llu bytes refused: this process uses %llu bytes of device memory (NVML per-process), of "
+            "which %llu are charged for allocations, %llu as context reserves (GSLICE_CONTEXT_RESERVE_MIB) and %llu "
+            "for earlier growth; its context grew without an allocation call (lazily loaded kernels, library "
+            "state) and the group's quota has no room for the %llu bytes more that charging it takes (the growth, "
+            "with GSLICE_CONTEXT_GROWTH_MARGIN_MIB kept above it) (CUDA_ERROR_OUT_OF_MEMORY)",
+            what, (unsigned long long)bytes, (unsigned long long)f.nvml_used, (unsigned long long)f.allocations,
+            (unsigned long long)f.reserves, (unsigned long long)f.extra, (unsigned long long)f.uncharged);
+    return false;
 }
 
 void gs_overhead_fork_child(void)
 {
     pthread_mutex_init(&overhead_mu, NULL);
     charged_extra = 0;
+    last_reconcile_ns = 0;
 }

@@ -19,7 +19,7 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 
 /* The device's one primary context; retained count as on the real driver. */
-static struct CUctx_st primary_context = {SIM_TAG_CONTEXT, true, 0};
+static struct CUctx_st primary_context = {.tag = SIM_TAG_CONTEXT, .primary = true};
 static int primary_retains;
 
 /* Each thread's context stack; the top is the current context. */
@@ -45,21 +45,82 @@ static void process_label(char *out, size_t len) {
     snprintf(out, len, "%s", comm[0] ? comm : "unknown");
 }
 
+/* A size from the environment: bytes or e.g. 256MiB, "0" for none. */
+static uint64_t size_from_env(const char *name, uint64_t fallback) {
+    const char *text = getenv(name);
+    uint64_t bytes = fallback;
+    if (text && strcmp(text, "0") == 0) return 0;
+    if (text && *text && !sim_parse_bytes(text, &bytes)) {
+        sim_log("%s=%s is not a size (expected bytes or e.g. 256MiB); using %llu bytes", name, text,
+                (unsigned long long)fallback);
+        bytes = fallback;
+    }
+    return bytes;
+}
+
 /* Device memory each context costs that no allocation call shows (the
  * real driver's context state, module code, device heap and stacks):
  * GSLICE_SIM_CONTEXT_MEMORY, default 256 MiB. Visible in cuMemGetInfo,
  * the per-process accounting and NVML's per-process used memory. */
 #define SIM_DEFAULT_CONTEXT_MEMORY (256ull << 20)
 static uint64_t context_memory_bytes(void) {
-    const char *text = getenv("GSLICE_SIM_CONTEXT_MEMORY");
-    uint64_t bytes = SIM_DEFAULT_CONTEXT_MEMORY;
-    if (text && *text && !sim_parse_bytes(text, &bytes) && strcmp(text, "0") != 0) {
-        sim_log("GSLICE_SIM_CONTEXT_MEMORY=%s is not a size (expected bytes or e.g. 256MiB); using 256MiB", text);
-        bytes = SIM_DEFAULT_CONTEXT_MEMORY;
-    } else if (text && strcmp(text, "0") == 0) {
-        bytes = 0;
+    return size_from_env("GSLICE_SIM_CONTEXT_MEMORY", SIM_DEFAULT_CONTEXT_MEMORY);
+}
+
+/* Lazy module loading: the real driver (CUDA_MODULE_LOADING=LAZY, the
+ * default since CUDA 12.2) puts a kernel's code in device memory at its
+ * first launch, and libraries (cuBLAS, cuDNN) build state at their first
+ * use, so a context keeps growing after its last allocation call.
+ * GSLICE_SIM_MODULE_LOAD_MEMORY (default 0): what the first launch of each
+ * distinct function in a context adds to that context's memory. The
+ * context keeps it until it is destroyed. A load that does not fit the
+ * device fails the launch with CUDA_ERROR_OUT_OF_MEMORY, as a real lazy
+ * load does. */
+struct loaded_function {
+    CUcontext ctx;
+    const void *function;
+};
+static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct loaded_function *loaded;   /* a process launches a handful of distinct functions: a list */
+static size_t loaded_count, loaded_capacity;
+
+CUresult sim_context_lazy_load(const void *function) {
+    uint64_t bytes = sim_process.module_load_memory;
+    if (!bytes) return CUDA_SUCCESS;
+    CUcontext ctx = sim_current_context();
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&loaded_lock);
+    size_t i = 0;
+    while (i < loaded_count && (loaded[i].ctx != ctx || loaded[i].function != function)) i++;
+    if (i == loaded_count) {
+        if (loaded_count == loaded_capacity) {
+            size_t cap = loaded_capacity ? loaded_capacity * 2 : 64;
+            struct loaded_function *grown = realloc(loaded, cap * sizeof *grown);
+            if (!grown) rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else loaded = grown, loaded_capacity = cap;
+        }
+        if (rc == CUDA_SUCCESS && !sim_memory_reserve(sim_process.dev, sim_process.slot, bytes))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        if (rc == CUDA_SUCCESS) {
+            loaded[loaded_count++] = (struct loaded_function){ctx, function};
+            ctx->lazy_loaded += bytes;
+        }
     }
-    return bytes;
+    pthread_mutex_unlock(&loaded_lock);
+    return rc;
+}
+
+/* The context's lazily loaded code goes with it. */
+static void lazy_loads_release(CUcontext ctx) {
+    pthread_mutex_lock(&loaded_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < loaded_count; i++)
+        if (loaded[i].ctx != ctx) loaded[kept++] = loaded[i];
+    loaded_count = kept;
+    uint64_t bytes = ctx->lazy_loaded;
+    ctx->lazy_loaded = 0;
+    pthread_mutex_unlock(&loaded_lock);
+    if (bytes) sim_memory_release(sim_process.dev, sim_process.slot, bytes);
 }
 
 /* A context comes into being: take its overhead, or CUDA_ERROR_OUT_OF_MEMORY. */
@@ -72,6 +133,7 @@ static CUresult context_overhead_take(void) {
 /* A context goes away: its allocations and its overhead are freed. */
 static void context_teardown(CUcontext ctx) {
     sim_memory_free_context(ctx);
+    lazy_loads_release(ctx);
     if (sim_process.context_memory) sim_memory_release(sim_process.dev, sim_process.slot, sim_process.context_memory);
 }
 
@@ -105,6 +167,9 @@ static void forget_after_fork(void) {
     init_result = CUDA_ERROR_NOT_INITIALIZED;
     context_depth = 0;
     primary_retains = 0;
+    pthread_mutex_init(&loaded_lock, NULL);
+    loaded_count = 0;
+    primary_context.lazy_loaded = 0;
 }
 
 __attribute__((constructor)) static void register_handlers(void) {
@@ -128,6 +193,7 @@ CUresult sim_cuInit(unsigned int flags) {
             sim_process.pid = getpid();
             sim_process.default_kernel_ns = default_kernel_ns();
             sim_process.context_memory = context_memory_bytes();
+            sim_process.module_load_memory = size_from_env("GSLICE_SIM_MODULE_LOAD_MEMORY", 0);
             sim_process.slot = sim_registry_claim(dev, sim_process.pid, label);
             if (!sim_process.slot) {
                 sim_log("cuInit: all %d process slots of the simulated GPU belong to live processes", SIM_MAX_PROCESSES);

@@ -39,6 +39,7 @@ struct sim_cuda_process {
     struct sim_process_slot *slot;
     uint64_t default_kernel_ns; /* GSLICE_SIM_KERNEL_US, for kernels other than gslice_sim_sleep */
     uint64_t context_memory;    /* GSLICE_SIM_CONTEXT_MEMORY: each context's hidden device memory */
+    uint64_t module_load_memory; /* GSLICE_SIM_MODULE_LOAD_MEMORY: each distinct function's first launch */
     int pid;
     bool initialised;
 };
@@ -48,6 +49,7 @@ struct CUctx_st {
     uint32_t tag;
     bool primary;
     unsigned int flags;
+    uint64_t lazy_loaded;   /* device memory its first launches took (GSLICE_SIM_MODULE_LOAD_MEMORY) */
 };
 
 /* CUDA_ERROR_NOT_INITIALIZED before cuInit. */
@@ -56,6 +58,9 @@ CUresult sim_require_init(void);
  * has no current context (as on the real driver). */
 CUresult sim_require_context(void);
 CUcontext sim_current_context(void);
+/* Before a launch of function in the current context: its first launch
+ * there takes GSLICE_SIM_MODULE_LOAD_MEMORY (lazy module loading). */
+CUresult sim_context_lazy_load(const void *function);
 
 /* ---- streams and events (cuda_streams.c) ---- */
 enum sim_item_kind {

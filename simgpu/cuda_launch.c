@@ -255,6 +255,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     struct CUstream_st *s;
     rc = sim_stream_resolve(hStream, ptds, &s);
     if (rc) return rc;
+    rc = sim_context_lazy_load(f);
+    if (rc) return rc;
     struct sim_stream_item item = {.kind = SIM_ITEM_KERNEL, .duration_ns = duration};
     return sim_stream_enqueue(s, &item);
 }

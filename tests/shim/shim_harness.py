@@ -93,13 +93,24 @@ def sim_lib_dir(build_dir) -> Path:
     return Path(simgpu.lib_dir())
 
 
-@pytest.fixture(scope="session")
-def probe(build_dir, sim_lib_dir) -> Path:
-    """tests/shim/programs/cuda_probe.c, linked with -lcuda against the sim."""
-    out = build_dir / "cuda_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "cuda_probe.c"),
+def _build_program(name: str, build_dir: Path, sim_lib_dir: Path) -> Path:
+    """tests/shim/programs/<name>.c, linked with -lcuda against the sim."""
+    out = build_dir / name
+    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / f"{name}.c"),
                     f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def probe(build_dir, sim_lib_dir) -> Path:
+    """tests/shim/programs/cuda_probe.c."""
+    return _build_program("cuda_probe", build_dir, sim_lib_dir)
+
+
+@pytest.fixture(scope="session")
+def memory_probe(build_dir, sim_lib_dir) -> Path:
+    """tests/shim/programs/memory_probe.c (memory routes, context growth)."""
+    return _build_program("memory_probe", build_dir, sim_lib_dir)
 
 
 @pytest.fixture

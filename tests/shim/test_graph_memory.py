@@ -8,19 +8,9 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
-from shim_harness import PROGRAMS, ROOT, group_env, parse_kv
+from shim_harness import group_env, parse_kv
 
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def memory_probe(tmp_path_factory, sim_lib_dir):
-    out = tmp_path_factory.mktemp("graph_memory") / "memory_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "memory_probe.c"),
-                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
-    return out
 
 
 def run_probe(runner, tokend, memory_probe, mode):

@@ -7,21 +7,12 @@ out-of-memory error)."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from shim_harness import PROGRAMS, ROOT, group_env, parse_kv, wait_for_line
+from shim_harness import group_env, parse_kv, wait_for_line
 
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def memory_probe(tmp_path_factory, sim_lib_dir) -> Path:
-    out = tmp_path_factory.mktemp("memory") / "memory_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "memory_probe.c"),
-                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(out)], check=True)
-    return out
 
 
 def run_probe(runner, tokend, memory_probe, mode, **extra):
@@ -119,8 +110,8 @@ def test_device_copies_and_fills_are_gated_and_charged_host_copies_are_not(runne
 
 def test_context_memory_beyond_the_reserve_is_charged_from_nvml(runner, tokend, memory_probe):
     """The simulated context costs 512 MiB, the shim's reserve is 100 MiB:
-    at the next memory query the charge follows NVML's per-process used
-    memory (context + allocation), not the reserve."""
+    the charge follows NVML's per-process used memory (context +
+    allocation) plus the growth margin, not the reserve."""
     out = run_probe(runner, tokend, memory_probe, "overhead", GSLICE_CONTEXT_RESERVE_MIB=100,
-                    GSLICE_SIM_CONTEXT_MEMORY=str(512 * MiB))
-    assert int(out["after_query"]) == 512 * MiB + 64 * MiB
+                    GSLICE_CONTEXT_GROWTH_MARGIN_MIB=32, GSLICE_SIM_CONTEXT_MEMORY=str(512 * MiB))
+    assert int(out["after_query"]) == 512 * MiB + 64 * MiB + 32 * MiB

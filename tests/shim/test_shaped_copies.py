@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import subprocess
 
-from shim_harness import PROGRAMS, ROOT, group_env, parse_kv, wait_for_line
+from shim_harness import group_env, parse_kv, wait_for_line
 
 MiB = 1 << 20
 
 
-def test_2d_3d_peer_and_batch_device_copies_are_gated_and_charged(runner, tokend, sim_lib_dir, build_dir):
+def test_2d_3d_peer_and_batch_device_copies_are_gated_and_charged(runner, tokend, memory_probe):
     """40 x 4 MiB device-side copies (10 each of cuMemcpy2D, cuMemcpy3D,
     cuMemcpyPeerAsync, cuMemcpyBatchAsync_v2) at 1 GB/s of simulated device
     bandwidth = ~170 ms of engine time, beside a group that keeps the GPU
     busy: they wait for tokens and the slices charge that time. 2D copies
     from host memory do not take tokens."""
-    probe = build_dir / "memory_probe_shaped"
-    subprocess.run(["gcc", "-O2", "-Wall", f"-I{ROOT / 'include'}", str(PROGRAMS / "memory_probe.c"),
-                    f"-L{sim_lib_dir}", "-l:libcuda.so.1", "-ldl", "-o", str(probe)], check=True)
     admin = tokend.admin()
     b = admin.create_group("b", request=0.5, limit=1.0, memory="1GiB")
     busy = runner.start("loop", "driver", 30, 200_000, 0, **group_env(tokend, "b", b.secret))
@@ -27,7 +24,7 @@ def test_2d_3d_peer_and_batch_device_copies_are_gated_and_charged(runner, tokend
         wait_for_line(busy, "ready=", timeout=30)
         g = admin.create_group("g", request=0.5, memory="2GiB")
         env = runner.env(**group_env(tokend, "g", g.secret), GSLICE_SIM_DEVICE_GBPS="1", GSLICE_SIM_COPY_GBPS="100")
-        r = subprocess.run([str(probe), "shaped_copies"], env=env, capture_output=True, text=True, timeout=60)
+        r = subprocess.run([str(memory_probe), "shaped_copies"], env=env, capture_output=True, text=True, timeout=60)
     finally:
         busy.kill()
     assert r.returncode == 0, (r.stdout, r.stderr)

@@ -3,7 +3,7 @@
  * this process holds at tokend (the shim's own ledger counter):
  *
  *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_unseen
- *                | graph_over
+ *                | graph_over | lazy_fill WARM CHUNK_MIB EVERY AFTER
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -292,10 +292,54 @@ static int run_overhead(void)
     return 0;
 }
 
+/* Launch a kernel this process has not launched before: on a driver with
+ * lazy module loading (GSLICE_SIM_MODULE_LOAD_MEMORY) its first launch
+ * grows the context. */
+static void launch_new_kernel(CUmodule mod, int *kernels)
+{
+    char name[32];
+    CUfunction f;
+    snprintf(name, sizeof name, "lazy_%d", (*kernels)++);
+    check(cuModuleGetFunction(&f, mod, name), "cuModuleGetFunction");
+    check(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), "cuLaunchKernel (first launch)");
+}
+
+/* A context that grows after its allocations: WARM new kernels first (a
+ * library's first use, e.g. cuBLAS's first matmul), then CHUNK_MIB
+ * allocations until one is refused, with a new kernel before every EVERY-th
+ * allocation (0: none), then AFTER new kernels once the quota is full. */
+static int run_lazy_fill(int warm, size_t chunk, int every, int after)
+{
+    CUmodule mod;
+    int kernels = 0;
+    check(cuModuleLoadData(&mod, "lazy"), "cuModuleLoadData");
+    for (int i = 0; i < warm; i++)
+        launch_new_kernel(mod, &kernels);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    unsigned long long allocated = 0;
+    CUresult rc;
+    for (int n = 0;; n++) {
+        if (every && n % every == 0)
+            launch_new_kernel(mod, &kernels);
+        CUdeviceptr p;
+        rc = cuMemAlloc_v2(&p, chunk);
+        if (rc != CUDA_SUCCESS)
+            break;
+        allocated += chunk;
+    }
+    printf("last_result=%d\nallocated=%llu\n", (int)rc, allocated);
+    for (int i = 0; i < after; i++)
+        launch_new_kernel(mod, &kernels);
+    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    printf("kernels=%d\n", kernels);
+    held("held");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2)
+    if (argc != 2 && !(argc == 6 && !strcmp(argv[1], "lazy_fill")))
         return 2;
     stats_fn = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
     check(cuInit(0), "cuInit");
@@ -318,6 +362,8 @@ int main(int argc, char **argv)
         return run_graph();
     if (!strcmp(argv[1], "graph_unseen"))
         return run_graph_unseen();
+    if (!strcmp(argv[1], "lazy_fill"))
+        return run_lazy_fill(atoi(argv[2]), (size_t)atoi(argv[3]) * MiB, atoi(argv[4]), atoi(argv[5]));
     if (!strcmp(argv[1], "graph_over"))
         return run_graph_over(3072 * MiB);
     return 2;
