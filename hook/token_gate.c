@@ -267,11 +267,18 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id, bool preemption)
                 atomic_store_explicit(&g->preempted_ns, gs_gate_monotonic_ns(), memory_order_relaxed);
         }
         pthread_cond_signal(&g->keeper_wake);
-        if (g->doorbell_pause_until_ns) {
-            /* The pause was answered: its quiet period is lifted. */
+        /* The pause was answered: its quiet period is lifted. So it is when
+         * a ring's pause ran out before this preemption's Revoke came (a
+         * round trip slower than the pause's bound on a loaded machine):
+         * the ring was right, and ignoring the next rings would let this
+         * process feed the GPU in front of the next preemptors. */
+        if (g->doorbell_pause_until_ns ||
+            (preemption && g->ring_pause_ns &&
+             gs_gate_monotonic_ns() - g->ring_pause_ns < GS_GATE_DOORBELL_QUIET_NS)) {
             g->doorbell_quiet_until_ns = 0;
             g->anticipation_quiet_until_ns = 0;
         }
+        g->ring_pause_ns = 0;
         g->doorbell_pause_until_ns = 0;
         g->pause_anticipated = false;
     } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {

@@ -184,6 +184,7 @@ typedef struct gs_gate {
     bool renew_refused;            /* tokend would not renew this slice: hand over at its end */
     uint64_t doorbell_pause_until_ns; /* a higher class rang: no submissions until the Revoke or then */
     uint32_t doorbell_generation;  /* the paused slice's `open` value, restored if no Revoke comes */
+    uint64_t ring_pause_ns;        /* when the current pause became a ring's (its ringer's request was on its way) */
     uint64_t doorbell_quiet_until_ns; /* rings ignored until then (one went unanswered) */
     bool pause_anticipated;        /* the pause began before any ring (tokend's expected window) */
     uint64_t anticipation_quiet_until_ns; /* expected windows ignored until then (one lapsed) */
