@@ -61,25 +61,10 @@ def test_contended_batches_hold_at_most_a_batch_of_gpu_time(api, launch_gpu_us, 
     assert api.gslice_queue_bound_batch_launches(interval, launch_gpu_us, 0) == interval
 
 
-def _queued_ahead_us(neighbour: list[kernel_trace.KernelRun], at_ns: int) -> float:
-    """The neighbour's GPU work queued and not yet done at `at_ns`, in
-    requested time: the rest of the kernel running, all of those waiting."""
-    left = 0
-    for run in neighbour:
-        if run.enqueued_ns < at_ns < run.end_ns:
-            done = max(0, at_ns - run.start_ns) if run.start_ns < at_ns else 0
-            left += max(0, run.requested_ns - done)
-    return left / US
-
-
-def _fed_while_asking(neighbour: list[kernel_trace.KernelRun], burst: list[kernel_trace.KernelRun],
-                      at_ns: int) -> int:
-    """Neighbour kernels queued after a burst's first launch call and before
-    its first kernel was queued (it was asking for the token meanwhile)."""
-    first = next((run.enqueued_ns for run in burst if run.enqueued_ns >= at_ns), None)
-    if first is None:
-        return 0
-    return sum(1 for run in neighbour if at_ns < run.enqueued_ns < first)
+def _first_enqueued(burst: list[kernel_trace.KernelRun], at_ns: int) -> int:
+    """When a burst started at `at_ns` queued its first kernel (it asked for
+    the token until then)."""
+    return next((run.enqueued_ns for run in burst if run.enqueued_ns >= at_ns), at_ns)
 
 
 @pytest.mark.parametrize("neighbour_kernel_us,sync_every", [(220, 0), (220, 4), (1800, 0)])
@@ -107,10 +92,10 @@ def test_a_burst_finds_about_one_neighbour_kernel_ahead_of_it(tmp_path, neighbou
     mine = sorted(kernel_trace.read(tmp_path, report["pid"]), key=lambda run: run.enqueued_ns)
     # At each burst's first launch call (time.monotonic: the trace's clock).
     starts = [int(start * 1e9) for start in report["burst_starts"]]
-    ahead = sorted(_queued_ahead_us(theirs, start) for start in starts)
+    ahead = sorted(kernel_trace.queued_at_ns(theirs, start) / US for start in starts)
     # The neighbour stops feeding when the burst asks (the doorbell), not
     # when the burst is granted: its kernels queued between the two.
-    fed = sorted(_fed_while_asking(theirs, mine, start) for start in starts)
+    fed = sorted(kernel_trace.submitted_between(theirs, start, _first_enqueued(mine, start)) for start in starts)
     assert len(ahead) >= 50, f"only {len(ahead)} bursts measured"
     bound_us = neighbour_kernel_us + PREEMPTED_FEED_AHEAD_US
     p90 = ahead[int(0.9 * len(ahead))]
