@@ -210,6 +210,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
 {
     atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
+    gs_gate_note_idle_gap_locked(g, gs_gate_monotonic_ns());
     for (;;) {
         if (g->state == GS_GATE_HOLDING && g->doorbell_pause_until_ns && !g->revoke_pending) {
             if (gs_gate_monotonic_ns() < g->doorbell_pause_until_ns) {
@@ -329,6 +330,7 @@ void gs_gate_fork_child(gs_gate *g)
     g->revoked_before_grant = 0;
     g->n_contexts = 0;
     g->loss_logged = false;
+    g->idle_since_ns = 0;
     gs_gate_kernel_lengths_fork_child(g);
     init_conds(g);
     pthread_mutex_unlock(&g->checkpoint_mu);

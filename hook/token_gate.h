@@ -105,6 +105,14 @@ struct gs_rpc;
  * ring (or a Revoke) comes (a page scribbled on costs a holder at most
  * about 5% of its time). */
 #define GS_GATE_ANTICIPATION_QUIET_NS 100000000ull
+/* Idle release: no launch for a whole check period (at least 1 ms, and two
+ * kernels) and the work done. A process whose idle gaps have been long
+ * (at least GS_GATE_LONG_IDLE_GAP_NS on average, e.g. an inference server
+ * between requests) checks every GS_GATE_QUICK_IDLE_PERIOD_NS while another
+ * group wants the GPU: it hands the token on ~0.2 ms after its work ends,
+ * not ~1-2 ms, and its next launch comes much later than a round trip. */
+#define GS_GATE_LONG_IDLE_GAP_NS 4000000ull
+#define GS_GATE_QUICK_IDLE_PERIOD_NS 200000ull
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -179,6 +187,8 @@ typedef struct gs_gate {
     uint32_t quantum_us;
     uint64_t grant_ns;
     uint64_t next_idle_check_ns;
+    uint64_t idle_since_ns;        /* an idle release's time, until the next launch */
+    uint64_t idle_gap_ns;          /* moving average of idle releases' gaps to the next launch */
     bool revoke_pending;
     bool wrap_up;                  /* a long kernel would not fit: renew or end the slice now */
     bool renew_refused;            /* tokend would not renew this slice: hand over at its end */

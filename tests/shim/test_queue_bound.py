@@ -107,3 +107,17 @@ def test_a_burst_finds_about_one_neighbour_kernel_ahead_of_it(tmp_path, neighbou
     # ring's pause; a Revoke slower than the pause's bound left rings ignored
     # for 100 ms) the neighbour queued 1-3 kernels there at p90, up to 8.
     assert fed[int(0.9 * len(fed))] <= 1, f"neighbour kernels queued while a burst asked: {fed}"
+
+
+def test_a_process_with_long_idle_gaps_hands_the_token_on_soon_when_someone_waits(api):
+    """The keeper's idle check (hook/gate_keeper.c): every max(1 ms, two
+    kernels); 0.2 ms while another group wants the GPU in a process whose
+    idle gaps averaged 4 ms or more (an inference server between requests),
+    so a waiting neighbour gets the GPU ~0.2 ms after the burst's work ends."""
+    MS = 1_000_000
+    assert api.gslice_gate_idle_period_ns(215, 0, 1) == 1 * MS            # gaps not known yet
+    assert api.gslice_gate_idle_period_ns(215, 10 * MS, 0) == 1 * MS       # nobody else wants the GPU
+    assert api.gslice_gate_idle_period_ns(215, 3 * MS, 1) == 1 * MS        # short gaps: keep the token
+    assert api.gslice_gate_idle_period_ns(50, 10 * MS, 1) == 200_000
+    assert api.gslice_gate_idle_period_ns(215, 10 * MS, 1) == 430_000      # never under two kernels
+    assert api.gslice_gate_idle_period_ns(1800, 0, 0) == 3_600_000
