@@ -21,8 +21,7 @@ gs_gate *gs_fast_gate = &gs_gate_closed;
 
 /* UINT32_MAX is never a generation, so a fresh thread always starts on the
  * slow path (which registers its context). */
-__thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec"))) = UINT32_MAX;
-__thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+__thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec"))) = {.generation = UINT32_MAX};
 
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
@@ -226,7 +225,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
         if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) ||
             g->state == GS_GATE_UNMETERED) {
             remember_context_locked(g, ctx);
-            gs_tls_generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+            gs_tls_slice.generation = atomic_load_explicit(&g->open, memory_order_relaxed);
             break;
         }
         gs_gate_note_gap();   /* waiting for the gate: the GPU may run dry meanwhile */
@@ -248,7 +247,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     int32_t interval = gs_gate_batch_launches(g, atomic_load_explicit(&g->interval, memory_order_relaxed));
     pthread_mutex_unlock(&g->mu);
-    gs_tls_countdown = interval;
+    gs_tls_slice.countdown = interval;
     t->gate = g;
     t->launches = (uint32_t)interval;
 }

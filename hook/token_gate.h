@@ -244,14 +244,20 @@ typedef struct gs_gate {
  * slow path looks the gate up per launch), or an always-open one
  * (pass-through). */
 extern gs_gate *gs_fast_gate;
-extern __thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec")));
-extern __thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+/* This thread's view of the gate, both words on one line and reached with
+ * one thread-pointer offset: the slice generation its launches last passed
+ * the gate in, and how many more launches may pass before the slow path. */
+typedef struct gs_tls_slice {
+    uint32_t generation;
+    int32_t countdown;
+} gs_tls_slice_t;
+extern __thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec")));
 
 static inline __attribute__((always_inline)) bool gs_gate_fast_enter(void)
 {
     gs_gate *g = __atomic_load_n(&gs_fast_gate, __ATOMIC_RELAXED);
     uint32_t gen = atomic_load_explicit(&g->open, memory_order_acquire);
-    if (__builtin_expect(gen == gs_tls_generation && --gs_tls_countdown > 0, 1)) {
+    if (__builtin_expect(gen == gs_tls_slice.generation && --gs_tls_slice.countdown > 0, 1)) {
         /* Only write the shared line when it changes: threads launching
          * concurrently would otherwise bounce it on every launch. */
         if (!atomic_load_explicit(&g->activity, memory_order_relaxed))
