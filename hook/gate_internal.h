@@ -51,6 +51,8 @@ static inline void gs_gate_sleep_until_ns(uint64_t deadline_ns)
 
 /* gate_keeper.c */
 uint64_t gs_gate_idle_period_ns(gs_gate *g);
+uint64_t gs_gate_idle_period_for(uint32_t launch_gpu_us, uint64_t idle_gap_ns, bool contended);
+void gs_gate_note_idle_gap_locked(gs_gate *g, uint64_t now);
 void gs_gate_ensure_keeper_locked(gs_gate *g);
 void gs_gate_ask_keeper(gs_gate *g, bool *request);
 

@@ -22,15 +22,34 @@
 
 static void *keeper_main(void *arg);
 
-/* Idle check period: max(2 ms, quantum / 4). */
+/* Idle check period (pure; tests call it through shim_api.h). Short, so a
+ * bursty process gives the token back soon after its burst (the tail is
+ * charged to it and idles the GPU), and at least two kernels' worth of GPU
+ * time, so a program that synchronises after each long kernel is still
+ * seen launching: max(1 ms, two kernels). 0.2 ms instead of 1 ms while
+ * another group wants the GPU in a process whose idle gaps are long. */
+uint64_t gs_gate_idle_period_for(uint32_t launch_gpu_us, uint64_t idle_gap_ns, bool contended)
+{
+    uint64_t period = 2000ull * launch_gpu_us;
+    uint64_t floor = contended && idle_gap_ns >= GS_GATE_LONG_IDLE_GAP_NS ? GS_GATE_QUICK_IDLE_PERIOD_NS : 1000000ull;
+    return period > floor ? period : floor;
+}
+
+/* mu held. Only the holder's keeper polls. */
 uint64_t gs_gate_idle_period_ns(gs_gate *g)
 {
-    /* Short, so a bursty process gives the token back soon after its burst
-     * (the tail is charged to it and idles the GPU), and at least two
-     * kernels' worth of GPU time, so a program that synchronises after each
-     * long kernel is still seen launching. Only the holder's keeper polls. */
-    uint64_t period = 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
-    return period > 1000000ull ? period : 1000000ull;
+    return gs_gate_idle_period_for(atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed), g->idle_gap_ns,
+                                   gs_doorbell_contended(&g->doorbell));
+}
+
+/* mu held: a launch after an idle release; learn how long the gap was. */
+void gs_gate_note_idle_gap_locked(gs_gate *g, uint64_t now)
+{
+    if (!g->idle_since_ns)
+        return;
+    uint64_t gap = now > g->idle_since_ns ? now - g->idle_since_ns : 0;
+    g->idle_gap_ns = g->idle_gap_ns ? (3 * g->idle_gap_ns + gap) / 4 : gap;
+    g->idle_since_ns = 0;
 }
 
 void gs_gate_ensure_keeper_locked(gs_gate *g)
@@ -120,8 +139,10 @@ static void end_slice_locked(gs_gate *g, bool idle)
              (unsigned long long)overrun_us, idle ? ", idle" : "");
     pthread_mutex_lock(&g->mu);
     atomic_fetch_add_explicit(&g->n_released, 1, memory_order_relaxed);
-    if (idle)
+    if (idle) {
         atomic_fetch_add_explicit(&g->n_idle, 1, memory_order_relaxed);
+        g->idle_since_ns = gs_gate_monotonic_ns();
+    }
     atomic_fetch_add_explicit(&g->used_us_total, used_us, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->overrun_us_total, overrun_us, memory_order_relaxed);
     if (g->state == GS_GATE_RELEASING && lease && !g->token_lost) {
@@ -153,7 +174,7 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         return;
     }
     uint64_t token_id = g->token_id;
-    uint64_t now = gs_gate_monotonic_ns();
+    uint64_t now = gs_gate_monotonic_ns(), asked_ns = now;
     /* The slice so far includes the long kernel still queued in it. */
     uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
     uint64_t until = queued_end > now ? queued_end : now;
@@ -177,7 +198,13 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
                  (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
         g->wrap_up = false;
-        if (g->doorbell_pause_until_ns && !g->pause_anticipated)   /* (the expected preemptor may still come) */
+        /* A renewal asked after a ring paused the slice was decided with
+         * the ringer's request already sent (it rings, then asks): tokend
+         * would not preempt, so submit again. One asked before the ring
+         * says nothing of it (the request may still be on its way): the
+         * pause stays until the Revoke or its bound. (An anticipation pause
+         * stays too: the expected preemptor may still come.) */
+        if (g->doorbell_pause_until_ns && !g->pause_anticipated && g->ring_pause_ns < asked_ns)
             gs_gate_doorbell_resume_locked(g, "renewed after");
         pthread_cond_broadcast(&g->changed);
         return;

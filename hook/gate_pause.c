@@ -60,6 +60,7 @@ void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why)
         return;
     }
     g->doorbell_quiet_until_ns = now + GS_GATE_DOORBELL_QUIET_NS;
+    g->ring_pause_ns = now;
     atomic_store_explicit(&g->preempted_ns, now, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->n_doorbell_pauses, 1, memory_order_relaxed);
     uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);

@@ -43,8 +43,8 @@ static void fork_child(void)
     gs_overhead_fork_child();
     gs_contexts_fork_child();
     gs_slots_fork_child();
-    gs_tls_generation = UINT32_MAX;
-    gs_tls_countdown = 0;
+    gs_tls_slice.generation = UINT32_MAX;
+    gs_tls_slice.countdown = 0;
 }
 
 static void shim_init(void)
@@ -79,8 +79,8 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
     t->checkpoint = false;
     t->launches = 0;
     if (!gs_shim_metered() || !gs_real_cuda_load()) {
-        gs_tls_generation = GS_GATE_PASSTHROUGH_GENERATION;
-        gs_tls_countdown = INT32_MAX / 2;
+        gs_tls_slice.generation = GS_GATE_PASSTHROUGH_GENERATION;
+        gs_tls_slice.countdown = INT32_MAX / 2;
         return;
     }
     /* Recorded into a graph, not run: cuGraphLaunch is gated and charged. */
@@ -92,9 +92,9 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
         return;   /* no context or no tokend client: the driver decides */
     gs_gate *g = &slot->gate;
     uint32_t open = atomic_load_explicit(&g->open, memory_order_acquire);
-    bool same_slice = open != 0 && open == gs_tls_generation;
+    bool same_slice = open != 0 && open == gs_tls_slice.generation;
     /* Several GPUs: the inline path always misses, so do its job here. */
-    if (same_slice && --gs_tls_countdown > 0) {
+    if (same_slice && --gs_tls_slice.countdown > 0) {
         if (!atomic_load_explicit(&g->activity, memory_order_relaxed))
             atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
         return;

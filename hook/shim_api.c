@@ -82,3 +82,8 @@ GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t l
 {
     return gs_queue_bound_batch_launches(interval, launch_gpu_us, contended != 0);
 }
+
+GS_EXPORT uint64_t gslice_gate_idle_period_ns(uint32_t launch_gpu_us, uint64_t idle_gap_ns, int contended)
+{
+    return gs_gate_idle_period_for(launch_gpu_us, idle_gap_ns, contended != 0);
+}

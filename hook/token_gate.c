@@ -21,8 +21,7 @@ gs_gate *gs_fast_gate = &gs_gate_closed;
 
 /* UINT32_MAX is never a generation, so a fresh thread always starts on the
  * slow path (which registers its context). */
-__thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec"))) = UINT32_MAX;
-__thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+__thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec"))) = {.generation = UINT32_MAX};
 
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
@@ -213,6 +212,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
 #endif
     atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
+    gs_gate_note_idle_gap_locked(g, gs_gate_monotonic_ns());
     for (;;) {
         if (g->state == GS_GATE_HOLDING && g->doorbell_pause_until_ns && !g->revoke_pending) {
             if (gs_gate_monotonic_ns() < g->doorbell_pause_until_ns) {
@@ -228,7 +228,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
         if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) ||
             g->state == GS_GATE_UNMETERED) {
             remember_context_locked(g, ctx);
-            gs_tls_generation = atomic_load_explicit(&g->open, memory_order_relaxed);
+            gs_tls_slice.generation = atomic_load_explicit(&g->open, memory_order_relaxed);
             break;
         }
         gs_gate_note_gap();   /* waiting for the gate: the GPU may run dry meanwhile */
@@ -250,7 +250,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     int32_t interval = gs_gate_batch_launches(g, atomic_load_explicit(&g->interval, memory_order_relaxed));
     pthread_mutex_unlock(&g->mu);
-    gs_tls_countdown = interval;
+    gs_tls_slice.countdown = interval;
     t->gate = g;
     t->launches = (uint32_t)interval;
 }
@@ -270,11 +270,18 @@ void gs_gate_on_revoke(gs_gate *g, uint64_t token_id, bool preemption)
                 atomic_store_explicit(&g->preempted_ns, gs_gate_monotonic_ns(), memory_order_relaxed);
         }
         pthread_cond_signal(&g->keeper_wake);
-        if (g->doorbell_pause_until_ns) {
-            /* The pause was answered: its quiet period is lifted. */
+        /* The pause was answered: its quiet period is lifted. So it is when
+         * a ring's pause ran out before this preemption's Revoke came (a
+         * round trip slower than the pause's bound on a loaded machine):
+         * the ring was right, and ignoring the next rings would let this
+         * process feed the GPU in front of the next preemptors. */
+        if (g->doorbell_pause_until_ns ||
+            (preemption && g->ring_pause_ns &&
+             gs_gate_monotonic_ns() - g->ring_pause_ns < GS_GATE_DOORBELL_QUIET_NS)) {
             g->doorbell_quiet_until_ns = 0;
             g->anticipation_quiet_until_ns = 0;
         }
+        g->ring_pause_ns = 0;
         g->doorbell_pause_until_ns = 0;
         g->pause_anticipated = false;
     } else if (g->state == GS_GATE_ACQUIRING || g->state == GS_GATE_HOLDING) {
@@ -325,6 +332,7 @@ void gs_gate_fork_child(gs_gate *g)
     g->revoked_before_grant = 0;
     g->n_contexts = 0;
     g->loss_logged = false;
+    g->idle_since_ns = 0;
     gs_gate_kernel_lengths_fork_child(g);
     init_conds(g);
     pthread_mutex_unlock(&g->checkpoint_mu);

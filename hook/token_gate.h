@@ -105,6 +105,14 @@ struct gs_rpc;
  * ring (or a Revoke) comes (a page scribbled on costs a holder at most
  * about 5% of its time). */
 #define GS_GATE_ANTICIPATION_QUIET_NS 100000000ull
+/* Idle release: no launch for a whole check period (at least 1 ms, and two
+ * kernels) and the work done. A process whose idle gaps have been long
+ * (at least GS_GATE_LONG_IDLE_GAP_NS on average, e.g. an inference server
+ * between requests) checks every GS_GATE_QUICK_IDLE_PERIOD_NS while another
+ * group wants the GPU: it hands the token on ~0.2 ms after its work ends,
+ * not ~1-2 ms, and its next launch comes much later than a round trip. */
+#define GS_GATE_LONG_IDLE_GAP_NS 4000000ull
+#define GS_GATE_QUICK_IDLE_PERIOD_NS 200000ull
 
 enum gs_gate_state {
     GS_GATE_NO_TOKEN = 0,
@@ -179,11 +187,14 @@ typedef struct gs_gate {
     uint32_t quantum_us;
     uint64_t grant_ns;
     uint64_t next_idle_check_ns;
+    uint64_t idle_since_ns;        /* an idle release's time, until the next launch */
+    uint64_t idle_gap_ns;          /* moving average of idle releases' gaps to the next launch */
     bool revoke_pending;
     bool wrap_up;                  /* a long kernel would not fit: renew or end the slice now */
     bool renew_refused;            /* tokend would not renew this slice: hand over at its end */
     uint64_t doorbell_pause_until_ns; /* a higher class rang: no submissions until the Revoke or then */
     uint32_t doorbell_generation;  /* the paused slice's `open` value, restored if no Revoke comes */
+    uint64_t ring_pause_ns;        /* when the current pause became a ring's (its ringer's request was on its way) */
     uint64_t doorbell_quiet_until_ns; /* rings ignored until then (one went unanswered) */
     bool pause_anticipated;        /* the pause began before any ring (tokend's expected window) */
     uint64_t anticipation_quiet_until_ns; /* expected windows ignored until then (one lapsed) */
@@ -233,14 +244,20 @@ typedef struct gs_gate {
  * slow path looks the gate up per launch), or an always-open one
  * (pass-through). */
 extern gs_gate *gs_fast_gate;
-extern __thread uint32_t gs_tls_generation __attribute__((tls_model("initial-exec")));
-extern __thread int32_t gs_tls_countdown __attribute__((tls_model("initial-exec")));
+/* This thread's view of the gate, both words on one line and reached with
+ * one thread-pointer offset: the slice generation its launches last passed
+ * the gate in, and how many more launches may pass before the slow path. */
+typedef struct gs_tls_slice {
+    uint32_t generation;
+    int32_t countdown;
+} gs_tls_slice_t;
+extern __thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec")));
 
 static inline __attribute__((always_inline)) bool gs_gate_fast_enter(void)
 {
     gs_gate *g = __atomic_load_n(&gs_fast_gate, __ATOMIC_RELAXED);
     uint32_t gen = atomic_load_explicit(&g->open, memory_order_acquire);
-    if (__builtin_expect(gen == gs_tls_generation && --gs_tls_countdown > 0, 1)) {
+    if (__builtin_expect(gen == gs_tls_slice.generation && --gs_tls_slice.countdown > 0, 1)) {
         /* Only write the shared line when it changes: threads launching
          * concurrently would otherwise bounce it on every launch. */
         if (!atomic_load_explicit(&g->activity, memory_order_relaxed))

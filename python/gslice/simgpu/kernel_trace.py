@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ENV_KERNEL_TRACE", "KernelRun", "read", "trace_path"]
+__all__ = ["ENV_KERNEL_TRACE", "KernelRun", "queued_at_ns", "read", "submitted_between", "trace_path"]
 
 ENV_KERNEL_TRACE = "GSLICE_SIM_KERNEL_TRACE"
 
@@ -56,3 +56,23 @@ def read(directory: str | Path, pid: int) -> list[KernelRun]:
                                  "expected 6 (enqueued, ready, start, end, requested, away ns) or 5 (no away)")
             runs.append(KernelRun(*(int(field) for field in fields)))
     return runs
+
+
+def queued_at_ns(runs: list[KernelRun], at_ns: int) -> int:
+    """GPU work a process had queued and not yet run at `at_ns`, in requested
+    time (the rest of the kernel on the engine, all of those waiting): what
+    another context's work arriving then waits for or takes turns with. The
+    simulator's late timers do not count; a kernel on the engine is taken to
+    have run since its start (time away before `at_ns` is not known apart
+    from time away after it)."""
+    left = 0
+    for run in runs:
+        if run.enqueued_ns < at_ns < run.end_ns:
+            done = at_ns - run.start_ns if run.start_ns < at_ns else 0
+            left += max(0, run.requested_ns - done)
+    return left
+
+
+def submitted_between(runs: list[KernelRun], start_ns: int, end_ns: int) -> int:
+    """Kernels a process queued strictly between two instants."""
+    return sum(1 for run in runs if start_ns < run.enqueued_ns < end_ns)
