@@ -111,13 +111,19 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (refused, and from a GLOBAL-mode thread it invalidates the capture):
      * while one is active, wait for the newest checkpoint only. */
     gs_capture_thread_relaxed();
-    if (idle || lost) {
+    /* Nobody else waits (a capped group alone, not renewed): no next holder
+     * to overlap, and the tail would run uncharged in the group's own pause:
+     * up to a whole long kernel that passed on its launch countdown (no fit
+     * check, no checkpoint), so a 30% cap with 12.5 ms kernels got 41% of
+     * the GPU, charged 30%. Wait for all of it and charge it. */
+    bool drain = idle || lost || (!preempted && !gs_doorbell_contended(&g->doorbell));
+    if (drain) {
         if (gs_capture_any())
             gs_gate_wait_newest_checkpoint(g);
         else
             synchronise_contexts(ctxs, n);
     }
-    uint64_t end_ns = idle || lost ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
+    uint64_t end_ns = drain ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */
     uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
@@ -162,7 +168,16 @@ static void end_slice_locked(gs_gate *g, bool idle)
  * slice while the gate stays open; end it when tokend says no. */
 static uint64_t renew_lead_ns(gs_gate *g, uint64_t deadline)
 {
-    uint64_t lead = RENEW_LEAD_NS + 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    /* Two of its longest kernels, not two of the GPU time per launch: a
+     * program that synchronises after each long kernel never measures the
+     * latter (no interval is contiguous), and asked only once the next
+     * kernel did not fit (the wrap-up), with the GPU idle; a capped group,
+     * never renewed, was charged that round trip on every slice (1 ms of a
+     * 13 ms slice on a loaded machine). Asked while the kernel runs, a
+     * refusal is known by the wrap-up, which then releases at once. */
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    uint64_t lead = RENEW_LEAD_NS + 2000ull * (longest > kernel_us ? longest : kernel_us);
     uint64_t half = (deadline - g->grant_ns) / 2;
     return lead < half ? lead : half;
 }

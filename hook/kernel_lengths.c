@@ -127,7 +127,7 @@ static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bo
         us = e->gpu_us + (us - e->gpu_us) / 2;
     }
     e->solid = e->solid || !first_of_slice;
-    e->gpu_us = us;
+    e->gpu_us = us ? us : 1;   /* measured, if under 1 us: 0 reads as unknown (the process's GPU time per launch) */
     uint32_t longest = 0;
     for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++)
         if (g->estimates[i].work && g->estimates[i].gpu_us > longest)

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "gate_internal.h"
 
+#include "log.h"
 #include "real_driver.h"
 
 /* Release this long before a handed-over slice's last long kernel ends: the
@@ -153,6 +154,10 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
             if (queued_end + kernel_ns > deadline + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION) {
                 g->wrap_up = true;
                 atomic_fetch_add_explicit(&g->n_wrap_ups, 1, memory_order_relaxed);
+                GS_DEBUG("token %llu: wrap-up: a %llu us kernel after %lld us of queued work would end %lld us "
+                         "past the quantum's end", (unsigned long long)g->token_id,
+                         (unsigned long long)(kernel_ns / 1000), (long long)((int64_t)(queued_end - now) / 1000),
+                         (long long)((int64_t)(queued_end + kernel_ns - deadline) / 1000));
                 pthread_cond_signal(&g->keeper_wake);
             }
         }

@@ -66,7 +66,10 @@ def test_tokend_group_create_run_and_status(environment, tmp_path):
     assert r.returncode == 0, r.stderr
     sim_env = {**env, "LD_LIBRARY_PATH": r.stdout.strip(), "GSLICE_SIM_NAME": sim_name, "GSLICE_SIM_MEMORY": "4GiB",
                # the per-context reserve charged to the group (default 512 MiB), explicit here
-               "GSLICE_CONTEXT_RESERVE_MIB": "256"}
+               "GSLICE_CONTEXT_RESERVE_MIB": "256",
+               # no headroom for context growth on top: the simulated context is
+               # exactly the reserve, so the chunk count below stays exact
+               "GSLICE_CONTEXT_GROWTH_MARGIN_MIB": "0"}
     try:
         with running_tokend(["gslice", "tokend", "--state-dir", str(tmp_path / "state")], sim_env,
                             tmp_path / "tokend.log") as sockets:
