@@ -569,13 +569,19 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (refused, and from a GLOBAL-mode thread it invalidates the capture):
      * while one is active, wait for the newest checkpoint only. */
     gs_capture_thread_relaxed();
-    if (idle || lost) {
+    /* Nobody else waits (a capped group alone, not renewed): no next holder
+     * to overlap, and the tail would run uncharged in the group's own pause:
+     * up to a whole long kernel that passed on its launch countdown (no fit
+     * check, no checkpoint), so a 30% cap with 12.5 ms kernels got 41% of
+     * the GPU, charged 30%. Wait for all of it and charge it. */
+    bool drain = idle || lost || (!preempted && !gs_doorbell_contended(&g->doorbell));
+    if (drain) {
         if (gs_capture_any())
             wait_newest_checkpoint(g);
         else
             synchronise_contexts(ctxs, n);
     }
-    uint64_t end_ns = idle || lost ? monotonic_ns() : wait_for_handoff_point(g, preempted);
+    uint64_t end_ns = drain ? monotonic_ns() : wait_for_handoff_point(g, preempted);
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */
     uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
@@ -618,7 +624,16 @@ static void end_slice_locked(gs_gate *g, bool idle)
  * slice while the gate stays open; end it when tokend says no. */
 static uint64_t renew_lead_ns(gs_gate *g, uint64_t deadline)
 {
-    uint64_t lead = RENEW_LEAD_NS + 2000ull * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    /* Two of its longest kernels, not two of the GPU time per launch: a
+     * program that synchronises after each long kernel never measures the
+     * latter (no interval is contiguous), and asked only once the next
+     * kernel did not fit (the wrap-up), with the GPU idle; a capped group,
+     * never renewed, was charged that round trip on every slice (1 ms of a
+     * 13 ms slice on a loaded machine). Asked while the kernel runs, a
+     * refusal is known by the wrap-up, which then releases at once. */
+    uint32_t kernel_us = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint32_t longest = atomic_load_explicit(&g->longest_work_us, memory_order_relaxed);
+    uint64_t lead = RENEW_LEAD_NS + 2000ull * (longest > kernel_us ? longest : kernel_us);
     uint64_t half = (deadline - g->grant_ns) / 2;
     return lead < half ? lead : half;
 }
@@ -916,7 +931,7 @@ static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bo
         us = e->gpu_us + (us - e->gpu_us) / 2;
     }
     e->solid = e->solid || !first_of_slice;
-    e->gpu_us = us;
+    e->gpu_us = us ? us : 1;   /* measured, if under 1 us: 0 reads as unknown (the process's GPU time per launch) */
     uint32_t longest = 0;
     for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++)
         if (g->estimates[i].work && g->estimates[i].gpu_us > longest)
@@ -1031,6 +1046,10 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
         if (queued_end + kernel_ns > deadline + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION) {
             g->wrap_up = true;
             atomic_fetch_add_explicit(&g->n_wrap_ups, 1, memory_order_relaxed);
+            GS_DEBUG("token %llu: wrap-up: a %u us kernel after %lld us of queued work would end %lld us past "
+                     "the quantum's end", (unsigned long long)g->token_id, kernel_us,
+                     (long long)((int64_t)(queued_end - now) / 1000),
+                     (long long)((int64_t)(queued_end + kernel_ns - deadline) / 1000));
             pthread_cond_signal(&g->keeper_wake);
         }
     }
