@@ -62,7 +62,10 @@ class DriverBackend:
     def __init__(self):
         from .workloads import Driver
         self.drv = Driver()
-        self.function = self.drv.spin_kernel()
+        # One kernel per unit, as on a real GPU (an add and a matmul are
+        # different functions): the shim keeps a length estimate per function,
+        # and one shared by a 0 us add and a 12.5 ms unit is neither.
+        self.functions: dict[str, ctypes.c_void_p] = {}
         self.stream = self.drv.stream()
         self._params = {}
         self.lib = self.drv.lib
@@ -77,8 +80,13 @@ class DriverBackend:
             self._params[unit] = (ns, (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p)))
         return self._params[unit][1]
 
+    def _function(self, unit: str) -> ctypes.c_void_p:
+        if unit not in self.functions:
+            self.functions[unit] = self.drv.spin_kernel()
+        return self.functions[unit]
+
     def launch_unit(self, unit: str) -> None:
-        self.drv._check("cuLaunchKernel", self.drv.launch(self.function, 1, 1, 1, 1, 1, 1, 0, self.stream,
+        self.drv._check("cuLaunchKernel", self.drv.launch(self._function(unit), 1, 1, 1, 1, 1, 1, 0, self.stream,
                                                           self._unit_params(unit), None))
 
     def sync(self) -> None:
@@ -130,7 +138,7 @@ class DriverBackend:
         self.drv._check("cuStreamBeginCapture_v2", self.lib.cuStreamBeginCapture_v2(stream, modes[mode]))
         try:
             for i in range(kernels):
-                self.drv._check("cuLaunchKernel", self.drv.launch(self.function, 1, 1, 1, 1, 1, 1, 0, stream,
+                self.drv._check("cuLaunchKernel", self.drv.launch(self._function("mm4096h"), 1, 1, 1, 1, 1, 1, 0, stream,
                                                                   self._unit_params("mm4096h"), None))
                 if sleep_every and i % sleep_every == sleep_every - 1:
                     time.sleep(0.01)  # the capture spans several of the shim's slices

@@ -85,3 +85,38 @@ def test_limit_caps_a_group_alone(runner, tokend, shim_build):
     print(f"shim {shim_build.cut or 'normal'}: limit 0.3 alone used {fraction:.3f} of the GPU")
     with shim_build.expect_feature():
         assert abs(fraction - 0.3) <= 0.03, f"limit 0.3 alone used {fraction:.3f} of the GPU"
+
+
+@pytest.mark.slow
+def test_limit_caps_long_synced_kernels_by_gpu_time_and_charges_it(runner, tokend):
+    """A group alone with limit 0.3 whose program waits for each 12.5 ms
+    kernel (a 0 ns kernel of the same function before every other one: the
+    real-GPU check's probe) gets 30% of the engine's time, and tokend charges
+    it what the engine ran for it (issue 24). The short kernel grows the
+    launch countdown, so a long kernel may pass the gate with no fit check
+    and no checkpoint; a slice ended at its quantum then released at once
+    and that kernel ran uncharged in the group's own pause: 41.4% of the GPU,
+    charged 30.0%. Fixed (the slice waits for its work when nobody else
+    wants the GPU): 29.2-29.3%, charged 29.9-30.0% on a loaded 2-core
+    machine; the tolerances leave room for that machine."""
+    import gslice.simgpu as simgpu
+
+    admin = tokend.admin()
+    created = admin.create_group("capped", request=0.3, limit=0.3, memory="1GiB")
+    p = runner.start("synced", "driver", SECONDS, 12_500_000, 2, **group_env(tokend, "capped", created.secret))
+    wait_for_line(p, "ready=", timeout=30)
+    time.sleep(WARMUP_TICK - 0.5)
+    with simgpu.SimGpu(runner.base_env["GSLICE_SIM_NAME"]) as sim:
+        busy0, charged0, t0 = sim.busy_ns_by_label().get("capped", 0), admin.status().group("capped").charged_seconds, \
+            time.monotonic()
+        time.sleep(MEASURE_SECONDS + 0.5)
+        busy1, charged1, t1 = sim.busy_ns_by_label().get("capped", 0), admin.status().group("capped").charged_seconds, \
+            time.monotonic()
+    wait_for_line(p, "launched=", timeout=SECONDS + 60, collect=True)
+    p.wait(timeout=30)
+    assert p.returncode == 0, p.stderr.read()
+    gpu = (busy1 - busy0) / 1e9 / (t1 - t0)
+    charged = (charged1 - charged0) / (t1 - t0)
+    print(f"limit 0.3 alone, 12.5 ms synced kernels: {gpu:.4f} of the GPU, charged {charged:.4f}")
+    assert abs(gpu - 0.3) <= 0.02, f"limit 0.3 alone used {gpu:.4f} of the GPU (charged {charged:.4f})"
+    assert abs(charged - gpu) <= 0.015, f"charged {charged:.4f} of the wall time for {gpu:.4f} of the GPU's"

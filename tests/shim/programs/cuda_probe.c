@@ -8,6 +8,9 @@
  *   cuda_probe launch ROUTE N KERNEL_NS        N sleep kernels, no sync, then one sync
  *   cuda_probe loop ROUTE SECONDS KERNEL_NS SYNC_EVERY   saturating loop (0: never sync)
  *   cuda_probe bursts ROUTE SECONDS KERNEL_NS BURST THINK_MS  think, BURST kernels, sync, again
+ *   cuda_probe synced ROUTE SECONDS KERNEL_NS PROBE_EVERY  each kernel synchronised; before every
+ *                                              PROBE_EVERY-th, a 0 ns kernel of the same function
+ *                                              (the real-GPU check's probe: scripts/gpu-check)
  *   cuda_probe alloc ROUTE CHUNK MAX [wait]    allocate CHUNK bytes until refused or MAX
  *                                              (wait: hold them until stdin closes)
  *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
@@ -170,6 +173,25 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
     return 0;
 }
 
+/* A training step's shape with long kernels: launch, wait for it, again. */
+static int run_synced(double seconds, uint64_t ns, int probe_every)
+{
+    double end = now_s() + seconds;
+    long n = 0;
+    printf("ready=1\n");
+    fflush(stdout);
+    while (now_s() < end) {
+        if (probe_every > 0 && n % probe_every == 0)
+            check(launch_sleep(0), "launch");
+        check(launch_sleep(ns), "launch");
+        n++;
+        check(ctx_sync(), "cuCtxSynchronize");
+    }
+    printf("launched=%ld\n", n);
+    print_shim_stats();
+    return 0;
+}
+
 /* Inference-like: periodic bursts, so tokend sees arrivals at regular
  * periods; like a server, it thinks (waits for a request) before the first. */
 static int run_bursts(double seconds, uint64_t ns, int burst, double think_ms)
@@ -225,6 +247,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "loop") && argc >= 6) {
         setup(argv[2], 0);
         return run_loop(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
+    }
+    if (!strcmp(mode, "synced") && argc >= 6) {
+        setup(argv[2], 0);
+        return run_synced(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
     }
     if (!strcmp(mode, "bursts") && argc >= 7) {
         setup(argv[2], 0);
