@@ -39,7 +39,7 @@ from gslice.experiment import SharingExperiment, busy_fraction_between
 from gslice.simgpu import kernel_trace
 
 from handoff_gaps import percentile
-from results_io import Result
+from results_io import Result, at_least, at_most
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_SOURCE = ROOT / "tests" / "simgpu" / "programs" / "burst_latency.c"
@@ -186,7 +186,7 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
     cases = CASES if cases is None else cases
     result = Result("latency", device="simulated GPU (calibrated context model)")
     program = build_program()
-    names = ["bare", "alone"] + [c.name for c in cases]
+    names = ["bare", "alone", "bare_again"] + [c.name for c in cases]
     series: dict[str, list[dict]] = {n: [] for n in names}
     loads = [load_note()]
     with SharingExperiment(gpu="sim") as exp, tempfile.TemporaryDirectory(prefix="gslice-latency-") as trace_dir:
@@ -198,31 +198,38 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
             part = seconds / rounds
             series["bare"].append(runner.bursts(part, shim=False, trace_dir=trace_dir))
             series["alone"].append(runner.bursts(part, shim=True, trace_dir=trace_dir))
+            # The noise floor of the alone-against-bare comparison: bare again, interleaved.
+            series["bare_again"].append(runner.bursts(part, shim=False, trace_dir=trace_dir))
             for case in cases:
                 series[case.name].append(runner.beside(case.kernel_us, case.sync_every, case.groups, part,
                                                        trace_dir))
             loads.append(load_note())
         model = _engine_model(exp.sim_name)
     summaries = {n: pooled(r) for n, r in series.items()}
-    bare, alone = summaries["bare"], summaries["alone"]
+    bare, alone, bare_again = summaries["bare"], summaries["alone"], summaries["bare_again"]
     result.add("bare/p50", bare["p50_ms"], "ms")
     result.add("bare/p99", bare["p99_ms"], "ms")
     result.add("alone/p50", alone["p50_ms"], "ms")
     result.add("alone/p99", alone["p99_ms"], "ms")
-    result.add("alone/p99_vs_bare", alone["p99_ms"] / bare["p99_ms"] * 100, "%")
+    # A tenant alone: within the bare-against-bare noise of the same run (+ 5% of it as a floor).
+    for q in ("p50", "p99"):
+        noise = abs(bare_again[f"{q}_ms"] / bare[f"{q}_ms"] - 1) * 100
+        result.add(f"bare_again/{q}_vs_bare", bare_again[f"{q}_ms"] / bare[f"{q}_ms"] * 100, "%")
+        result.add(f"alone/{q}_vs_bare", alone[f"{q}_ms"] / bare[f"{q}_ms"] * 100, "%", at_most(100 + max(5.0, noise)),
+                   noise=f"bare_again/{q}_vs_bare")
     for case in cases:
         s = summaries[case.name]
         tag = case.name
-        result.add(f"{tag}/p50_minus_alone", s["p50_ms"] - alone["p50_ms"], "ms", f"<= {HANDOFF_MS:g}"
-                   if case.kernel_us <= 500 else "")
+        result.add(f"{tag}/p50_minus_alone", s["p50_ms"] - alone["p50_ms"], "ms",
+                   at_most(HANDOFF_MS) if case.kernel_us <= 500 else None)
         result.add(f"{tag}/p99_minus_alone", s["p99_ms"] - alone["p99_ms"], "ms")
         if case.kernel_us <= 500:
-            result.add(f"{tag}/p99_vs_alone", s["p99_ms"] / alone["p99_ms"] * 100, "%", "<= 125")
+            result.add(f"{tag}/p99_over_alone", s["p99_ms"] / alone["p99_ms"] * 100, "%", at_most(125))
         else:
             bound = alone["p99_ms"] + case.kernel_us / 1e3 + HANDOFF_MS
-            result.add(f"{tag}/p99", s["p99_ms"], "ms", f"<= {bound:.3f}")
-        result.add(f"{tag}/neighbours_of_idle", s["neighbours_of_idle"] * 100, "%", ">= 80")
-        result.add(f"{tag}/gpu_busy", s["gpu_busy"] * 100, "%", ">= 95")
+            result.add(f"{tag}/p99", s["p99_ms"], "ms", at_most(round(bound, 3)))
+        result.add(f"{tag}/neighbours_of_idle", s["neighbours_of_idle"] * 100, "%", at_least(80))
+        result.add(f"{tag}/gpu_busy", s["gpu_busy"] * 100, "%", at_least(95))
     result.details = {"series": summaries, "engine_model": model, "load": loads, "rounds": rounds,
                       "burst": {"kernel_us": BURST_KERNEL_US, "kernels": BURST_KERNELS, "think_ms": THINK_MS}}
     return result
