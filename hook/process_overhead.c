@@ -20,10 +20,15 @@ typedef nvmlReturn_t (*processes_fn)(nvmlDevice_t, unsigned int *, nvmlProcessIn
  * 20 ms keeps it under ~5% of a thread that does nothing but allocate
  * (frameworks cache allocations; most call the driver far less). Growth
  * found late while far from the quota cannot push the footprint over it;
- * near the quota every allocation reconciles: below 512 MiB of room after
- * the allocation, which is more than a context grew between allocations on
- * an H100 (cuBLAS's first matmul: ~100-300 MiB beyond the reserve). */
+ * near the quota (below 512 MiB of room after the allocation, more than a
+ * context grew between allocations on an H100: cuBLAS's first matmul,
+ * ~100-300 MiB beyond the reserve) allocations reconcile at most every
+ * 2 ms: a stream-ordered pool (PyTorch's cudaMallocAsync backend) calls
+ * the driver for every tensor, and one NVML call per tensor would slow a
+ * process that runs near its quota several-fold. A context does not grow
+ * faster than its margin (GSLICE_CONTEXT_GROWTH_MARGIN_MIB) in 2 ms. */
 #define GS_OVERHEAD_RECONCILE_INTERVAL_MS 20
+#define GS_OVERHEAD_NEAR_QUOTA_INTERVAL_US 2000
 #define GS_OVERHEAD_NEAR_QUOTA_MIB 512
 
 static pthread_mutex_t overhead_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -147,7 +152,9 @@ bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char
     uint64_t room;
     bool near = !gs_ledger_last_headroom(&slot->ledger, &room) ||
                 room < bytes + ((uint64_t)GS_OVERHEAD_NEAR_QUOTA_MIB << 20);
-    if (!near && last && monotonic_ns() - last < GS_OVERHEAD_RECONCILE_INTERVAL_MS * 1000000ull)
+    uint64_t interval_ns = near ? GS_OVERHEAD_NEAR_QUOTA_INTERVAL_US * 1000ull
+                                : GS_OVERHEAD_RECONCILE_INTERVAL_MS * 1000000ull;
+    if (last && monotonic_ns() - last < interval_ns)
         return true;
     gs_pools_reconcile();   /* pool growth is the pools' charge, not hidden memory */
     overhead_figures f;

@@ -37,8 +37,9 @@ struct gs_slot;
 bool gs_overhead_reconcile(struct gs_slot *slot);
 /* Before reserving bytes for an allocation on slot (what: the entry point,
  * for the log line): reconcile first when the last reconciliation is older
- * than GS_OVERHEAD_RECONCILE_INTERVAL_MS or the group's room after this
- * allocation is below GS_OVERHEAD_NEAR_QUOTA_MIB. False: answer
+ * than GS_OVERHEAD_RECONCILE_INTERVAL_MS (GS_OVERHEAD_NEAR_QUOTA_INTERVAL_US
+ * when the group's room after this allocation is below
+ * GS_OVERHEAD_NEAR_QUOTA_MIB). False: answer
  * CUDA_ERROR_OUT_OF_MEMORY (logged). */
 bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char *what);
 /* fork(): the child has charged nothing yet. */
