@@ -38,13 +38,8 @@ static double now_s(void) {
 }
 
 static void setup(void) {
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    check_primary_context(NULL);
     CHECK(cuModuleLoadData(&mod, "simulated"));
     CHECK(cuModuleGetFunction(&sleep_kernel, mod, "gslice_sim_sleep"));
     CHECK(cuStreamCreate(&stream, 0));

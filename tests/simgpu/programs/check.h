@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "gslice_cuda_abi.h"
+#include "gslice_cuda_driver_api.h"
 
 #define CHECK(call)                                                          \
     do {                                                                     \
@@ -16,5 +17,20 @@
             exit(1);                                                         \
         }                                                                    \
     } while (0)
+
+/* cuInit, then device 0's primary context retained and made current: how
+ * a check program starts (dev, when not NULL, receives the device). */
+static inline CUcontext check_primary_context(CUdevice *dev)
+{
+    CUdevice device;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&device, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, device));
+    CHECK(cuCtxSetCurrent(ctx));
+    if (dev)
+        *dev = device;
+    return ctx;
+}
 
 #endif

@@ -23,12 +23,9 @@ static CUresult launch(CUmodule mod, const char *name) {
 
 int main(void) {
     CUdevice dev;
-    CUcontext primary, created;
+    CUcontext created;
     CUmodule mod;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&primary, dev));
-    CHECK(cuCtxSetCurrent(primary));
+    check_primary_context(&dev);
     CHECK(cuModuleLoadData(&mod, "image"));
     size_t base = used_now();
     unsigned long long nvml_base = nvml_own_used();
