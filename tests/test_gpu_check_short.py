@@ -118,6 +118,7 @@ def test_the_short_form_runs_every_section_from_the_installed_wheel(bundle, tmp_
 
 
 def test_a_section_past_its_timeout_is_killed_and_the_next_one_runs(bundle, tmp_path):
+    segments_before = set(Path("/dev/shm").glob("gslice-sim-*"))
     result, report, _ = gpu_check(bundle, tmp_path, "--only", "throughput", "shares", "--timeout-scale", "0.5",
                                   env={"GSLICE_GPU_CHECK_SECTION_DELAY": "throughput:600"})
     hung, after = report["sections"]["throughput"], report["sections"]["shares"]
@@ -127,3 +128,5 @@ def test_a_section_past_its_timeout_is_killed_and_the_next_one_runs(bundle, tmp_
     assert after["status"] == "ok" and "shares_30_70" in after["results"], after
     assert result.returncode == 1   # a section that did not finish fails the run
     assert not leftover_processes(str(tmp_path / "work"))
+    # The killed section unwound (SIGTERM before SIGKILL): its daemon unlinked its simulated GPU.
+    assert set(Path("/dev/shm").glob("gslice-sim-*")) <= segments_before

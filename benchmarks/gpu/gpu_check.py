@@ -40,6 +40,8 @@ SECTIONS = {
     "reclaim": ("sec_memory", "kill_reclaim", 40, 20, "h: kill -9 reclaim against NVML"),
 }
 PYTEST_MIN_SECONDS = 40
+# A timed-out section gets this long after SIGTERM to clean up, then SIGKILL.
+SECTION_TERM_GRACE_S = 5.0
 
 
 def now_utc() -> str:
@@ -130,6 +132,13 @@ def run_section(name: str, args, timeout: float, work_root: Path) -> dict:
             status = "ok" if code == 0 else f"failed (exit {code})"
         except subprocess.TimeoutExpired:
             status = f"timed out after {timeout:.0f} s (killed)"
+            # SIGTERM first: the section then leaves its `with` blocks, so its
+            # tokend closes and unlinks its simulated GPU's shared memory.
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(SECTION_TERM_GRACE_S)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever it left: workers, tokend, samplers
@@ -156,6 +165,8 @@ def section_main(args) -> int:
     ctx = Context(backend=args.backend, gpu=args.gpu, short=args.short,
                   deadline=time.monotonic() + args.seconds - 3, record=record, work_dir=Path(args.work_dir))
     os.environ["GSLICE_GPU_CHECK_SECTION"] = args.name  # harness.wait_ready's fault injection reads it
+    # Stopped at its timeout (run_section): unwind, so daemons and shared memory are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         getattr(importlib.import_module(module), function)(ctx)
     except Exception as exc:
