@@ -56,12 +56,8 @@ static const char *mode_name(int mode) {
 }
 
 int main(void) {
-    CUdevice dev;
     CUmodule module;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = check_primary_context(NULL);
     CHECK(cuModuleLoadData(&module, "sim"));
     CHECK(cuModuleGetFunction(&kernel, module, "any_kernel"));
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
