@@ -78,7 +78,7 @@ struct sim_stream_item {
     uint32_t count;
     uint64_t duration_ns;
     uint64_t gen;
-    uint64_t enqueued_ns; /* set by sim_stream_enqueue, for the kernel trace */
+    uint64_t enqueued_ns; /* set by sim_stream_enqueue: the earliest the item may start (stream time) */
     void *ptr;
     void *arg;
 };

@@ -159,51 +159,60 @@ static void run_kernel(const struct sim_stream_item *item, uint64_t duration_ns,
                              turn->away_ns);
 }
 
-static void run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
+/* Runs one item; returns when it ended on the stream's timeline (the
+ * engine's end for kernels and copies, the event's time for a wait). */
+static uint64_t run_item(const struct sim_stream_item *item, struct sim_engine_turn *turn) {
     switch (item->kind) {
     case SIM_ITEM_KERNEL:
         run_kernel(item, item->duration_ns, turn);
-        break;
+        return turn->last_end_ns;
     case SIM_ITEM_GRAPH: {
         const uint64_t *durations = item->ptr;
-        for (uint32_t i = 0; i < item->count; i++) run_kernel(item, durations[i], turn);
+        for (uint32_t i = 0; i < item->count; i++) {
+            run_kernel(item, durations[i], turn);
+            turn->earliest_ns = turn->last_end_ns;
+        }
         free(item->ptr);
-        break;
+        return item->count ? turn->last_end_ns : turn->earliest_ns;
     }
     case SIM_ITEM_EVENT_RECORD: {
         struct CUevent_st *ev = item->ptr;
-        uint64_t now = sim_now_ns();
+        /* Reached when the work before it ended (stream time), so event
+         * timings measure the work, not the worker's wake-ups. */
+        uint64_t now = turn->earliest_ns;
         pthread_mutex_lock(&event_lock);
         ev->timestamp_ns = now;
         if (item->gen > ev->done_gen) ev->done_gen = item->gen;
         event_unref_locked(ev);
         pthread_cond_broadcast(&event_reached);
         pthread_mutex_unlock(&event_lock);
-        break;
+        return now;
     }
     case SIM_ITEM_WAIT_EVENT: {
         struct CUevent_st *ev = item->ptr;
         pthread_mutex_lock(&event_lock);
         while (ev->done_gen < item->gen) pthread_cond_wait(&event_reached, &event_lock);
+        uint64_t reached = ev->timestamp_ns;
         event_unref_locked(ev);
         pthread_mutex_unlock(&event_lock);
-        break;
+        return reached > turn->earliest_ns ? reached : turn->earliest_ns;
     }
     case SIM_ITEM_FREE:
         sim_memory_free((CUdeviceptr)(uintptr_t)item->ptr);
-        break;
+        return turn->earliest_ns;
     case SIM_ITEM_HOST_FUNC:
         ((CUhostFn)item->ptr)(item->arg);
-        break;
+        return sim_now_ns();   /* host work: it ends when it returns */
     case SIM_ITEM_COPY:
         if (item->count) {
             sim_engine_run(sim_process.dev, sim_process.slot, item->duration_ns, turn, false);
-        } else {
-            struct timespec ts = {(time_t)(item->duration_ns / 1000000000ull), (long)(item->duration_ns % 1000000000ull)};
-            nanosleep(&ts, NULL);
+            return turn->last_end_ns;
         }
-        break;
+        struct timespec ts = {(time_t)(item->duration_ns / 1000000000ull), (long)(item->duration_ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+        return sim_now_ns();
     }
+    return sim_now_ns();
 }
 
 static void *stream_worker(void *arg) {
@@ -211,6 +220,7 @@ static void *stream_worker(void *arg) {
     /* Default timer slack (50 us) would stretch 20 us kernels to 70 us. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     struct sim_engine_turn turn = {0};
+    uint64_t stream_time = 0; /* when the stream's last item ended (stream time) */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (s->head == s->tail && s->state != STREAM_CLOSING) {
@@ -228,7 +238,8 @@ static void *stream_worker(void *arg) {
         }
         struct sim_stream_item item = s->ring[s->head % SIM_STREAM_DEPTH];
         pthread_mutex_unlock(&s->lock);
-        run_item(&item, &turn);
+        turn.earliest_ns = item.enqueued_ns > stream_time ? item.enqueued_ns : stream_time;
+        stream_time = run_item(&item, &turn);
         pthread_mutex_lock(&s->lock);
         s->head++;
         pthread_cond_broadcast(&s->progressed);
@@ -331,7 +342,7 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_stream_item 
         pthread_mutex_unlock(&event_lock);
     }
     s->ring[s->tail % SIM_STREAM_DEPTH] = *item;
-    if (sim_kernel_trace_enabled()) s->ring[s->tail % SIM_STREAM_DEPTH].enqueued_ns = sim_now_ns();
+    s->ring[s->tail % SIM_STREAM_DEPTH].enqueued_ns = sim_now_ns();   /* stream time: see sim_engine_turn */
     s->tail++;
     /* Engine work on the context's queue: it keeps the engine between its kernels. */
     int64_t engine_items = item->kind == SIM_ITEM_KERNEL ? 1

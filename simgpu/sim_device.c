@@ -620,7 +620,7 @@ static void forget_dead_locked(struct sim_device_shared *dev) {
 
 /* Wait (engine locked) until `slot`'s context may start work; returns with
  * the engine still locked and the caller made holder. */
-static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_process_slot *slot) {
+static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t earliest) {
     const uint32_t me = context_of(dev, slot);
     for (;;) {
         uint64_t now = sim_now_ns();
@@ -654,15 +654,24 @@ static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_pro
                         __atomic_store_n(&dev->ctx_slice_end_ns, slice_end + ((now - slice_end) / slice + 1) * slice,
                                          __ATOMIC_RELAXED);
                     }
+                    /* Back to back with this context's previous work: start where it
+                     * ended (or when this work was queued), not when the worker woke. */
+                    uint64_t start = now;
+                    if (earliest < now && dev->engine_last_pid == slot->pid) {
+                        start = earliest;
+                        if (start < dev->engine_last_end_ns) start = dev->engine_last_end_ns;
+                        if (start < ready) start = ready;
+                        if (start > now) start = now;
+                    }
                     end_wait_locked(dev, slot);
                     __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
-                    note_engine_start(dev, slot->pid, now);
+                    note_engine_start(dev, slot->pid, start);
                     __atomic_store_n(&dev->engine_holder_pid, slot->pid, __ATOMIC_RELAXED);
-                    __atomic_store_n(&dev->engine_busy_since_ns, now, __ATOMIC_RELEASE);
+                    __atomic_store_n(&dev->engine_busy_since_ns, start, __ATOMIC_RELEASE);
                     uint64_t unset = 0;
-                    __atomic_compare_exchange_n(&slot->first_activity_ns, &unset, now, false, __ATOMIC_RELAXED,
+                    __atomic_compare_exchange_n(&slot->first_activity_ns, &unset, start, false, __ATOMIC_RELAXED,
                                                 __ATOMIC_RELAXED);
-                    return now;
+                    return start;
                 }
                 wake_at = ready; /* the switch to this context is under way */
             } else if (slice) {
@@ -704,7 +713,7 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
     lock_engine(dev);
     begin_wait_locked(dev, slot, sim_now_ns());
     for (;;) {
-        uint64_t start = take_engine_locked(dev, slot);
+        uint64_t start = take_engine_locked(dev, slot, stopped_at ? stopped_at : turn->earliest_ns);
         if (!first_start) first_start = start;
         if (stopped_at) away += start - stopped_at;
         bool slicing = dev->ctx_timeslice_ns && dev->ctx_preempt;
@@ -734,7 +743,10 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
             unlock_shared(&dev->engine);
         }
         if (!preempted) lock_engine(dev);
-        if (now >= deadline) preempted = false; /* it ended as the slice did */
+        if (now >= deadline) {
+            preempted = false; /* it ended as the slice did */
+            now = deadline;    /* when it ended, not when this thread woke */
+        }
         release_engine_locked(dev, slot, start, now);
         last_end = now;
         if (!preempted) {

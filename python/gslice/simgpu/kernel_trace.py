@@ -26,7 +26,9 @@ class KernelRun:
     """One kernel, CLOCK_MONOTONIC nanoseconds (time.monotonic_ns())."""
     enqueued_ns: int    # queued on its stream (the launch call reached the driver)
     ready_ns: int       # its stream's worker took it (the work before it on the stream was done)
-    start_ns: int       # it got the engine (other processes' kernels before it were done)
+    # it got the engine, in stream time (back to back with its context's
+    # previous work: where that ended, which may precede ready_ns)
+    start_ns: int
     end_ns: int         # it left the engine
     requested_ns: int   # how long it was asked to run
     away_ns: int = 0    # stopped at its context's slice ends while other contexts had the engine
