@@ -639,6 +639,36 @@ def test_renew_when_nobody_waits():
     assert renewed.renewed and renewed.client_id == "h1" and renewed.token_id == grant.token_id + 1
 
 
+def test_a_renewal_measured_past_now_starts_where_the_queued_work_ends():
+    # A holder with 1 s kernels renews while its queued kernel still runs:
+    # it measures the slice to that kernel's end (0.9 s from now). The new
+    # slice starts there, so its quantum covers the next kernel too; counted
+    # from now, it expired while that kernel ran and the GPU went to the
+    # next holder under it (both charged for the overlap).
+    s = _holder_and_waiter(Priority.NORMAL, Priority.NORMAL)
+    [grant] = s.request("h1", 0.0, work_item=1.0)
+    [renewed] = s.renew("h1", grant.token_id, 1.0, 0.1, work_item=1.0)
+    assert renewed.renewed and renewed.quantum >= 1.0
+    # Its charge so far is the measured second, not more (the new slice
+    # accrues from 1.0 on).
+    assert s.usage("h", 0.5) == pytest.approx(1.0)
+    assert s.usage("h", 1.5) == pytest.approx(1.5)
+    # Not expired where a slice counted from the renewal (0.1 + quantum +
+    # grace) would have ended, only past 1.0 + quantum + grace.
+    assert s.advance(0.1 + renewed.quantum + CONFIG.grace + 0.01) == []
+    assert s.holder() == ("h1", renewed.token_id)
+    assert any(isinstance(d, Expire) for d in s.advance(1.0 + renewed.quantum + CONFIG.grace + 0.001))
+
+
+def test_a_renewal_reaches_ahead_at_most_one_work_item():
+    s = _holder_and_waiter(Priority.NORMAL, Priority.NORMAL)
+    [grant] = s.request("h1", 0.0, work_item=0.2)
+    [renewed] = s.renew("h1", grant.token_id, 5.0, 0.1, work_item=0.2)   # claims 4.9 s ahead
+    assert s.usage("h", 0.2) == pytest.approx(5.0)
+    expiry = s.advance(0.1 + 0.2 + renewed.quantum + CONFIG.grace + 0.001)
+    assert any(isinstance(d, Expire) for d in expiry)
+
+
 def test_no_renew_while_an_equal_class_waits():
     s = _holder_and_waiter(Priority.NORMAL, Priority.NORMAL)
     [grant] = s.request("h1", 0.0)
