@@ -88,7 +88,16 @@ def add_per_second(result: Result, label: str, run: dict, targets: dict | None =
         result.details.setdefault(label, {})[f"{name}_per_second"] = [round(x, 4) for x in seconds]
 
 
-def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 1_000_000) -> Result:
+# A process's first kernel runs before its length is known: under a short
+# first slice, tokend's expiry lets the next holder's work share the GPU
+# with it, and a 1 s kernel may run (and be charged) up to twice as long.
+# The scheduler pays that back within its window (10 s); the figures are
+# steady state, measured from one window after the start (docs/architecture.md,
+# "Kernels longer than a slice").
+LONG_KERNEL_WARMUP = 10.0
+
+
+def long_work(seconds: float = 30.0, warmup: float = LONG_KERNEL_WARMUP, long_kernel_us: int = 1_000_000) -> Result:
     result = Result("long_work", device="simulated GPU")
     long = ["--kernel-us", str(long_kernel_us)]
     short = ["--kernel-us", "1000"]
@@ -120,7 +129,8 @@ def long_work(seconds: float = 30.0, warmup: float = 3.0, long_kernel_us: int = 
     return result
 
 
-def smooth_cap(seconds: float = 25.0, warmup: float = 1.0, long_kernel_us: int = 1_000_000) -> Result:
+def smooth_cap(seconds: float = 25.0, warmup: float = 1.0, long_kernel_us: int = 1_000_000,
+               long_warmup: float = LONG_KERNEL_WARMUP) -> Result:
     result = Result("smooth_cap", device="simulated GPU")
     run = _run([("capped", 0.3, 0.3, [["--kernel-us", "1000"]])], seconds, warmup, sample_every=0.01)
     samples = run["samples"]
@@ -151,7 +161,7 @@ def smooth_cap(seconds: float = 25.0, warmup: float = 1.0, long_kernel_us: int =
     # beside 70% (limit 100%) with 1 s kernels (its 1 s windows dip while
     # one runs: reported, no 1 s target).
     beside = _run([("capped-1ms", 0.3, 0.3, [["--kernel-us", "1000"]]),
-                   ("b-1s", 0.7, 1.0, [["--kernel-us", str(long_kernel_us)]])], seconds, warmup)
+                   ("b-1s", 0.7, 1.0, [["--kernel-us", str(long_kernel_us)]])], seconds, long_warmup)
     result.add("limit30_1ms_beside_1s/capped-1ms/share", beside["shares"]["capped-1ms"] * 100, "%", within(30, 1))
     result.add("limit30_1ms_beside_1s/b-1s/share", beside["shares"]["b-1s"] * 100, "%", within(70, 1))
     add_per_second(result, "limit30_1ms_beside_1s", beside)

@@ -25,6 +25,42 @@ static __thread CUevent tls_start __attribute__((tls_model("initial-exec")));
 static __thread CUcontext tls_start_ctx __attribute__((tls_model("initial-exec")));
 static __thread bool tls_start_armed __attribute__((tls_model("initial-exec")));
 
+/* Take in every checkpoint the GPU has reached (their lengths), from any
+ * thread: a slice that drained its work at its end knows that work's length
+ * before its process asks for the next token. Otherwise the ask went out
+ * with the length unknown (the next launch's checkpoint takes it in): a 1 s
+ * kernel of a 30% cap was granted a 21 ms slice, tokend's expiry let the
+ * next holder's work share the GPU with it, and it ran (and was charged)
+ * 2 s: the group got 9% of the GPU. */
+static void complete_oldest_locked(gs_gate *g);
+
+/* checkpoint_mu held. push: the calling thread may lack the checkpoints'
+ * context (push each one's around its query). */
+static void take_in_reached_locked(gs_gate *g, bool push)
+{
+    while (g->queue_count > 0) {
+        gs_checkpoint *oldest = &g->checkpoints[g->queue[g->queue_head]];
+        CUcontext popped;
+        bool pushed = push && gs_cu.cuCtxPushCurrent && gs_cu.cuCtxPushCurrent(oldest->ctx) == CUDA_SUCCESS;
+        bool reached = gs_cu.cuEventQuery(oldest->event) != CUDA_ERROR_NOT_READY;
+        if (reached)
+            complete_oldest_locked(g);
+        if (pushed)
+            gs_cu.cuCtxPopCurrent(&popped);
+        if (!reached)
+            break;
+    }
+}
+
+void gs_gate_take_in_reached_checkpoints(gs_gate *g)
+{
+    if (!gs_cu.cuEventQuery)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    take_in_reached_locked(g, true);
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
 /* gs_gate_newest_pending_locked from a thread without the context (the keeper):
  * push the checkpoint's context around the query. */
 bool gs_gate_newest_pending_any_thread_locked(gs_gate *g)
@@ -233,12 +269,7 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
         return;
     pthread_mutex_lock(&g->checkpoint_mu);
     atomic_fetch_add_explicit(&g->n_checkpoints, 1, memory_order_relaxed);
-    while (g->queue_count > 0) {
-        CUresult q = gs_cu.cuEventQuery(g->checkpoints[g->queue[g->queue_head]].event);
-        if (q == CUDA_ERROR_NOT_READY)
-            break;
-        complete_oldest_locked(g);
-    }
+    take_in_reached_locked(g, false);
     bool contiguous = tls_contiguous || g->queue_count >= GS_GATE_MAX_OUTSTANDING;
     tls_contiguous = false;
     while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)

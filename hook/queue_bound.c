@@ -132,6 +132,21 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
      * anticipation either. */
     bool contended = gs_doorbell_contended(&g->doorbell);
     bool long_kernel = kernel_us >= GS_GATE_LONG_KERNEL_US;
+    if (!kernel_us && gs_cu.cuEventQuery) {
+        /* Nothing measured yet (the process's first launches): the work
+         * queued may be a 1 s kernel. Until the first checkpoint completes,
+         * one launch at a time: a lease at start then held one 1 s kernel
+         * of unknown length, not two (a 2.4 s overrun of a 100 ms slice,
+         * paid back by the group's next 8 s at a 30% cap). */
+        pthread_mutex_lock(&g->checkpoint_mu);
+        bool first = g->last_done < 0 && gs_gate_newest_pending_locked(g);
+        pthread_mutex_unlock(&g->checkpoint_mu);
+        if (first) {
+            atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+            gs_gate_wait_newest_checkpoint(g);
+            atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+        }
+    }
     if (!kernel_us || (!long_kernel && !contended) || !gs_cu.cuEventQuery)
         return;
     uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;

@@ -152,6 +152,8 @@ static void acquire_locked(gs_gate *g)
     if (!atomic_load_explicit(&g->doorbell.page, memory_order_acquire) && g->rpc &&
         atomic_load_explicit(&g->n_acquired, memory_order_relaxed) == 0)
         gs_rpc_wait_attached(g->rpc, 1000, NULL);   /* process start: the doorbell comes with the attach */
+    /* The lengths of the work the last slice drained go with the ask. */
+    gs_gate_take_in_reached_checkpoints(g);
     /* A higher class than the holder: tell it to stop submitting now, not
      * when tokend's Revoke reaches it (preempt_doorbell.h). */
     bool rang = gs_doorbell_ring_if_preempting(&g->doorbell);
