@@ -57,13 +57,15 @@ if _sanitize:
     CFLAGS += [f"-fsanitize={_sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
     LDFLAGS += [f"-fsanitize={_sanitize}"]
 
-# GSLICE_TEST_CUT=gate|ledger_refusal with GSLICE_TEST_CUT_OUTPUT=/path/libgslice.so:
+# GSLICE_TEST_CUT=gate|ledger_refusal|... (TEST_CUTS) with GSLICE_TEST_CUT_OUTPUT=/path/libgslice.so:
 # a build with one feature cut out (one #ifdef where the shim decides), for
 # the tests that must fail without it (tests/shim/shim_harness.py, fixture
 # shim_build). Written only to GSLICE_TEST_CUT_OUTPUT: never into the package.
 TEST_CUTS = {
     "gate": "GSLICE_TEST_CUT_GATE",                      # launches never wait for or take tokens
     "ledger_refusal": "GSLICE_TEST_CUT_LEDGER_REFUSAL",  # allocations over the quota go through
+    "unmeasured_one_at_a_time": "GSLICE_TEST_CUT_UNMEASURED_ONE_AT_A_TIME",  # first launches queue freely
+    "lengths_with_the_ask": "GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK",  # a token is asked for before drained lengths are in
 }
 
 

@@ -177,8 +177,10 @@ static void adapt_interval(gs_gate *g, float ms, uint32_t launches, bool contigu
     double per_launch_ms = (double)ms / (double)launches;
     /* GPU time per kernel only where the GPU was busy the whole interval:
      * across an idle gap (think time) the events measure the gap too. */
-    if (contiguous)
+    if (contiguous) {
         atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(per_launch_ms * 1000.0), memory_order_relaxed);
+        g->launch_gpu_from_timed = false;
+    }
     double target = per_launch_ms > 0 ? 1.0 / per_launch_ms : GS_GATE_MAX_INTERVAL;
     /* Grow smoothly, shrink at once: longer kernels must not queue for
      * several intervals at the old, larger count. */
@@ -211,10 +213,21 @@ static void complete_oldest_locked(gs_gate *g)
     float own_ms = 0;
     if (cp->timed && cp->work && gs_cu.cuEventElapsedTime &&
         gs_cu.cuEventElapsedTime(&own_ms, cp->start, cp->event) == CUDA_SUCCESS) {
-        record_estimate_locked(g, cp->work, (uint32_t)(own_ms * 1000.0f), cp->first_of_slice);
-        /* One launch timed alone: also the process's GPU time per launch. */
-        if (atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed) == 0)
-            atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(own_ms * 1000.0f), memory_order_relaxed);
+        uint32_t own_us = (uint32_t)(own_ms * 1000.0f);
+        record_estimate_locked(g, cp->work, own_us, cp->first_of_slice);
+        /* One launch timed alone: also the process's GPU time per launch,
+         * until an interval the GPU never ran dry measures it. Each such
+         * sample is an upper bound (the launch may have waited for the
+         * engine), so it shrinks at once and grows half way: a first 1 s
+         * kernel slowed to 2 s by a neighbour's work kept the process at
+         * "2 s per launch" for good (every slice one kernel, no interval
+         * contiguous), and its slices and renewals were sized for two. */
+        uint32_t current = atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+        if (current == 0 || g->launch_gpu_from_timed) {
+            uint32_t next = current == 0 || own_us <= current ? own_us : current + (own_us - current) / 2;
+            atomic_store_explicit(&g->launch_gpu_us, next, memory_order_relaxed);
+            g->launch_gpu_from_timed = true;
+        }
     }
     cp->timed = false;
     cp->state = 2;
@@ -355,6 +368,7 @@ void gs_gate_kernel_lengths_fork_child(gs_gate *g)
     memset(g->checkpoints, 0, sizeof g->checkpoints);
     memset(g->estimates, 0, sizeof g->estimates);
     atomic_store(&g->longest_work_us, 0);
+    g->launch_gpu_from_timed = false;
     tls_start = NULL;
     tls_start_armed = false;
     g->queue_head = g->queue_count = 0;

@@ -132,6 +132,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
      * anticipation either. */
     bool contended = gs_doorbell_contended(&g->doorbell);
     bool long_kernel = kernel_us >= GS_GATE_LONG_KERNEL_US;
+#ifndef GSLICE_TEST_CUT_UNMEASURED_ONE_AT_A_TIME   /* test-only build (hook/build.py TEST_CUTS) */
     if (!kernel_us && gs_cu.cuEventQuery) {
         /* Nothing measured yet (the process's first launches): the work
          * queued may be a 1 s kernel. Until the first checkpoint completes,
@@ -147,6 +148,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
             atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
         }
     }
+#endif
     if (!kernel_us || (!long_kernel && !contended) || !gs_cu.cuEventQuery)
         return;
     uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;

@@ -153,7 +153,9 @@ static void acquire_locked(gs_gate *g)
         atomic_load_explicit(&g->n_acquired, memory_order_relaxed) == 0)
         gs_rpc_wait_attached(g->rpc, 1000, NULL);   /* process start: the doorbell comes with the attach */
     /* The lengths of the work the last slice drained go with the ask. */
+#ifndef GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK   /* test-only build (hook/build.py TEST_CUTS) */
     gs_gate_take_in_reached_checkpoints(g);
+#endif
     /* A higher class than the holder: tell it to stop submitting now, not
      * when tokend's Revoke reaches it (preempt_doorbell.h). */
     bool rang = gs_doorbell_ring_if_preempting(&g->doorbell);

@@ -221,6 +221,7 @@ typedef struct gs_gate {
 
     pthread_mutex_t checkpoint_mu;
     _Atomic uint32_t launch_gpu_us;   /* measured GPU time per launch, slow path only */
+    bool launch_gpu_from_timed;       /* ... so far only from launches timed alone (checkpoint_mu) */
     _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work, or out a pause */
     gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
     int queue[GS_GATE_CHECKPOINTS];

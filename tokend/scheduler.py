@@ -190,6 +190,9 @@ _TIME_EPSILON = 1e-7
 # A quantum that used at least this fraction of its grant counts as "used
 # the whole quantum" (the shim's clock and the daemon's differ slightly).
 _FULL_USE_FRACTION = 0.9
+# A capped group's long work item needs room for the item less this
+# fraction of it (or quantum_min, if larger): see _threshold.
+_ITEM_ROOM_SLACK = 0.05
 # An idle release moves the quantum toward this multiple of what the slice
 # used: a bursty client's next burst then fits in one slice instead of
 # straddling an expiry (a new acquisition, and a new preemption, mid-burst).
@@ -731,6 +734,10 @@ class Scheduler:
         best = self._candidate(now)
         if best is not None and not self._outranks(group, self._holder_key_tier(now, holding), best[0], best[2][0]):
             return self._step(now, [])
+        if client.work_item >= self.config.quantum_max and self._waiter_eligible_within(now, client.work_item, group):
+            # Another long item now would keep a waiter that comes out of its
+            # cap's pause meanwhile off the GPU for the whole item.
+            return self._step(now, [])
         charged = self._slice_charge(holding, used, now)
         self._charge(group, now, charged)
         self._adapt_quantum(client, holding, charged, used, False)
@@ -790,8 +797,12 @@ class Scheduler:
             group.pace_until = max(group.pace_until, begin - group.pace_credit) + amount / group.limit
         # Debt spacing (see _in_debt): the same pacing at the group's fair
         # fraction of the groups contending now.
+        # Waiting groups count even while capped out (a smooth cap's pause):
+        # they take their part as soon as it ends. Counted only when
+        # eligible, a capped group's short pauses let a 1 s item's group
+        # space its items for the whole GPU (a 70% group got 73-74%).
         requests = group.request_usage + sum(other.request_usage for other in self._groups.values()
-                                             if other is not group and self._contending(other, end))
+                                             if other is not group and (other.waiters or self._contending(other, end)))
         if requests > group.request_usage:
             begin = end - amount
             group.fair_pace_until = max(group.fair_pace_until, begin) + amount * requests / group.request_usage
@@ -896,11 +907,16 @@ class Scheduler:
         that divide the cap exactly (three 1 s kernels in a 30% cap's 3 s)
         are each charged a hair more than their length: asking room for the
         whole item (or item + quantum_min) made the last one never fit, so a
-        30% cap with 1 s kernels got 20%. The smooth cap's pace spaces the
-        items; the window may so be exceeded by quantum_min at most."""
+        30% cap with 1 s kernels got 20%. On a GPU shared with others "a
+        hair" is up to ~1.5% (a context switch, the neighbour's tail): with
+        quantum_min (5 ms) of slack every third 1 s item waited 2.3 s more
+        (26.7%), so the slack is the larger of quantum_min and
+        _ITEM_ROOM_SLACK of the item. The smooth cap's pace spaces the
+        items; the window may so be exceeded by that slack at most."""
         head = self._clients[next(iter(group.waiters))]
         if self.config.cap_period > 0:
-            quantum = max(self.config.quantum_min, head.work_item - self.config.quantum_min)
+            slack = max(self.config.quantum_min, _ITEM_ROOM_SLACK * head.work_item)
+            quantum = max(self.config.quantum_min, head.work_item - slack)
         else:
             quantum = self._client_quantum(head)
         return quantum if quantum < group.cap else group.cap
@@ -1015,6 +1031,14 @@ class Scheduler:
                 best_free = (group, usage, key)
         if best_free is not None or best is None:
             return best_free
+        # Only groups in debt are eligible. One whose item is long would hold
+        # the GPU for that item; a waiter out of its cap's pause before the
+        # item would end waits for it instead (the GPU idles at most until
+        # then), so 1 s items do not come back to back past a capped group's
+        # short pause.
+        head = self._clients[next(iter(best[0].waiters))]
+        if head.work_item >= self.config.quantum_max and self._waiter_eligible_within(now, head.work_item, best[0]):
+            return None
         recent = now - self.config.quantum_min + _TIME_EPSILON
         for group in self._groups.values():
             if group.waiters or group.last_release <= recent:
@@ -1220,6 +1244,26 @@ class Scheduler:
                 times.extend(self._preemption_times(now, holding))
         return min(times) if times else None
 
+    def _eligible_at(self, group: _Group, now: float) -> float | None:
+        """When a waiting capped-out group comes out of its cap: room in the
+        window (judged at its item's end) and its smooth-cap pause over;
+        None if no room is in sight."""
+        room = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
+        if room is None:
+            return None
+        return max(room - self._room_lookahead(group), group.pace_until, now)
+
+    def _waiter_eligible_within(self, now: float, horizon: float, other_than: _Group) -> bool:
+        """Does a waiting group other than `other_than`, capped out now,
+        come out of its cap within `horizon`?"""
+        for group in self._waiting_groups:
+            if group is other_than or not self._capped_out(group, self._usage(group, now), now):
+                continue
+            moment = self._eligible_at(group, now)
+            if moment is not None and moment < now + horizon:
+                return True
+        return False
+
     def _unblock_times(self, now: float) -> list[float]:
         """When could a waiting group stop being capped out or in debt? Room
         in the window, the end of a smooth-cap pause, or the moment a group
@@ -1230,9 +1274,9 @@ class Scheduler:
         in_debt = False
         for group in self._waiting_groups:
             if self._capped_out(group, self._usage(group, now), now):
-                room = self._time_usage_reaches(group, group.cap - self._threshold(group), now)
-                if room is not None:
-                    times.append(max(room - self._room_lookahead(group), group.pace_until, now))
+                moment = self._eligible_at(group, now)
+                if moment is not None:
+                    times.append(moment)
             else:
                 in_debt = True
         if in_debt:

@@ -42,6 +42,8 @@ def shim_path() -> Path:
 # and puts its feature check under `with shim_build.expect_feature():`.
 GATE_CUT = "gate"                      # launches never wait for or take tokens
 LEDGER_REFUSAL_CUT = "ledger_refusal"  # allocations over the quota go through
+UNMEASURED_CUT = "unmeasured_one_at_a_time"   # a process's first launches queue freely
+LENGTHS_CUT = "lengths_with_the_ask"          # a token is asked for before drained lengths are in
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:
