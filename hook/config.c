@@ -144,6 +144,14 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
      * inside the quota. */
     cfg->growth_margin = mib_setting(lookup, "GSLICE_CONTEXT_GROWTH_MARGIN_MIB", 64);
 
+    cfg->head_start = true;
+    if ((v = lookup("GSLICE_HEAD_START")) && *v) {
+        if (!strcmp(v, "0"))
+            cfg->head_start = false;
+        else if (strcmp(v, "1") != 0)
+            GS_WARN("GSLICE_HEAD_START=%s is not 0 or 1 (using 1: a preemptor launches at its ring)", v);
+    }
+
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }
 

@@ -25,6 +25,7 @@ typedef struct gs_config {
     unsigned long long context_reserve; /* GSLICE_CONTEXT_RESERVE_MIB (default 512): bytes charged per context */
     unsigned long long growth_margin;   /* GSLICE_CONTEXT_GROWTH_MARGIN_MIB (default 64): bytes charged above NVML's
                                            per-process figure once it exceeds the context reserves */
+    bool head_start;           /* GSLICE_HEAD_START (default 1): a preemptor launches at its ring (gate_head_start.c) */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

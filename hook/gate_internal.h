@@ -5,6 +5,7 @@
  *                     Revoke and connection loss, fork, stats
  *   gate_keeper.c     the keeper thread: quantum, renewal, idle end, slice end
  *   gate_lease.c      leases: kept across an idle gap, taken at start, returned
+ *   gate_head_start.c a preemptor launching at its ring while the keeper asks
  *   gate_pause.c      doorbell pauses and anticipation (preempt_doorbell.h)
  *   kernel_lengths.c  checkpoint events: GPU time per launch, per-function
  *                     estimates, checkpoint interval
@@ -23,6 +24,9 @@
 
 /* ReleaseToken / RenewToken / a lease request: how long the keeper waits. */
 #define GS_GATE_RELEASE_WAIT_MS 5000
+/* AcquireToken: tokend's own wait, and ours for its reply. */
+#define GS_GATE_ACQUIRE_TIMEOUT_MS 10000
+#define GS_GATE_ACQUIRE_WAIT_MS 12000
 
 static inline uint64_t gs_gate_monotonic_ns(void)
 {
@@ -55,6 +59,14 @@ uint64_t gs_gate_idle_period_for(uint32_t launch_gpu_us, uint64_t idle_gap_ns, b
 void gs_gate_note_idle_gap_locked(gs_gate *g, uint64_t now);
 void gs_gate_ensure_keeper_locked(gs_gate *g);
 void gs_gate_ask_keeper(gs_gate *g, bool *request);
+
+/* token_gate.c */
+void gs_gate_open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us, bool wake_keeper);
+
+/* gate_head_start.c */
+bool gs_gate_head_start_locked(gs_gate *g);               /* after a ring: start before the grant */
+bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now);
+void gs_gate_head_start_confirm_locked(gs_gate *g);       /* keeper: the ask behind a head start */
 
 /* gate_lease.c (keeper thread) */
 void gs_gate_return_lease_locked(gs_gate *g);

@@ -249,6 +249,12 @@ static void *keeper_main(void *arg)
             pthread_mutex_lock(&g->mu);
             continue;
         }
+        if (g->head_start_wanted) {
+            g->head_start_wanted = false;
+            if (g->head_start && g->state == GS_GATE_HOLDING)
+                gs_gate_head_start_confirm_locked(g);
+            continue;
+        }
         if (g->lease_wanted) {
             g->lease_wanted = false;
             if (g->state == GS_GATE_NO_TOKEN && g->rpc)

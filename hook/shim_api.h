@@ -20,6 +20,8 @@ typedef struct gslice_shim_stats {
     uint64_t leases_at_start;    /* 1 when tokend gave this process a free token as a lease at attach */
     uint64_t memory_held, memory_pending_release, tracked_allocations;
     uint64_t reservations, refusals, release_flushes, bytes_released;
+    uint64_t head_starts;        /* bursts started at their preemption ring, before the grant */
+    uint64_t head_start_refusals;
 } gslice_shim_stats;
 
 const char *gslice_version(void);

@@ -26,7 +26,6 @@ __thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec"))) 
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
 /* AcquireToken: the daemon's wait, and ours a little longer. */
-enum { ACQUIRE_TIMEOUT_MS = 10000, ACQUIRE_WAIT_MS = 12000 };
 enum { GRPC_DEADLINE_EXCEEDED = 4 };
 
 uint32_t gs_gate_next_generation(void)
@@ -80,7 +79,7 @@ static void remember_context_locked(gs_gate *g, CUcontext ctx)
                 GS_GATE_MAX_CONTEXTS, (void *)ctx);
 }
 
-static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us, bool wake_keeper)
+void gs_gate_open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us, bool wake_keeper)
 {
     uint64_t now = gs_gate_monotonic_ns();
     g->state = GS_GATE_HOLDING;
@@ -93,6 +92,7 @@ static void open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us
     g->token_lost = false;
     g->wrap_up = false;
     g->renew_refused = false;
+    g->head_start = false;
     gs_gate_pause_unanswered_locked(g);   /* the last slice ended (idle, quantum) while paused */
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     atomic_store_explicit(&g->open, gs_gate_next_generation(), memory_order_release);
@@ -158,10 +158,16 @@ static void acquire_locked(gs_gate *g)
 #endif
     /* A higher class than the holder: tell it to stop submitting now, not
      * when tokend's Revoke reaches it (preempt_doorbell.h). */
-    bool rang = gs_doorbell_ring_if_preempting(&g->doorbell);
+    pthread_mutex_lock(&g->mu);
+    bool rang = g->state == GS_GATE_ACQUIRING && gs_doorbell_ring_if_preempting(&g->doorbell);
+    /* Rang: tokend grants this ask at once (its flag says so); start now,
+     * the keeper carries the ask (gate_head_start.c). */
+    if (rang && gs_gate_head_start_locked(g))
+        return;
+    pthread_mutex_unlock(&g->mu);
     GS_DEBUG("asking for a token%s", rang ? " (rang the preemption doorbell)" : "");
-    int rc = gs_rpc_acquire_sized(g->rpc, ACQUIRE_TIMEOUT_MS, ACQUIRE_WAIT_MS, gs_gate_work_item_us(g), rang, &token_id,
-                                  &quantum_us);
+    int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, gs_gate_work_item_us(g),
+                                  rang, &token_id, &quantum_us);
     pthread_mutex_lock(&g->mu);
     if (g->state != GS_GATE_ACQUIRING) {
         /* fork or stop reset the gate underneath us: start over. */
@@ -173,7 +179,7 @@ static void acquire_locked(gs_gate *g)
                     (double)(gs_gate_monotonic_ns() - g->loss_since_ns) / 1e9);
             g->loss_logged = false;
         }
-        open_slice_locked(g, token_id, quantum_us, true);
+        gs_gate_open_slice_locked(g, token_id, quantum_us, true);
         atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
         GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
         /* A higher class rang while this grant was on its way: tokend hands
@@ -229,7 +235,8 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
             }
             gs_gate_doorbell_resume_locked(g, "no Revoke followed");
         }
-        if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) ||
+        if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up &&
+             !gs_gate_head_start_overdue_locked(g, gs_gate_monotonic_ns())) ||
             g->state == GS_GATE_UNMETERED) {
             remember_context_locked(g, ctx);
             gs_tls_slice.generation = atomic_load_explicit(&g->open, memory_order_relaxed);
@@ -238,7 +245,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
         gs_gate_note_gap();   /* waiting for the gate: the GPU may run dry meanwhile */
         if (g->state == GS_GATE_LEASED && !g->revoke_pending && !g->stopping) {
             /* The token was kept across the idle gap: a new slice, no RPC. */
-            open_slice_locked(g, g->token_id, g->quantum_us, false);
+            gs_gate_open_slice_locked(g, g->token_id, g->quantum_us, false);
             t->wake_keeper = true;   /* gs_gate_wake_keeper, after the launch */
             atomic_fetch_add_explicit(&g->n_lease_resumes, 1, memory_order_relaxed);
             continue;
@@ -328,6 +335,8 @@ void gs_gate_fork_child(gs_gate *g)
     g->keeper_running = false;
     g->service_requested = false;
     g->lease_wanted = false;
+    g->head_start = false;
+    g->head_start_wanted = false;
     g->revoke_pending = false;
     g->wrap_up = false;
     g->doorbell_pause_until_ns = 0;
@@ -374,6 +383,8 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->doorbell_rings = atomic_load(&g->doorbell.rings_sent);
     out->anticipation_pauses = atomic_load(&g->n_anticipation_pauses);
     out->anticipation_lapses = atomic_load(&g->n_anticipation_lapses);
+    out->head_starts = atomic_load(&g->n_head_starts);
+    out->head_start_refusals = atomic_load(&g->n_head_start_refusals);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

@@ -92,6 +92,11 @@ struct gs_rpc;
  * submissions until tokend's Revoke, for at most this long (the Revoke
  * takes ~1 ms; a ring tokend does not act on costs no more) ... */
 #define GS_GATE_DOORBELL_PAUSE_NS 3000000ull
+/* Head start (gate_head_start.c): a ringer launches before its grant for at
+ * most this long (the round trip takes ~0.1-1 ms); later launches wait for
+ * the grant. Its provisional slice's quantum until the grant says more. */
+#define GS_GATE_HEAD_START_MAX_NS 2000000ull
+#define GS_GATE_HEAD_START_QUANTUM_US 100000u
 /* ... and rings are ignored this long from a pause's start unless its
  * Revoke comes, so a tenant ringing at will costs a holder at most 3% of
  * its time. */
@@ -167,6 +172,8 @@ typedef struct gs_gate_stats {
     uint64_t doorbell_rings;       /* rings this process sent */
     uint64_t anticipation_pauses;  /* long kernels held back for an expected preemptor */
     uint64_t anticipation_lapses;  /* ... that did not ring before the window's end */
+    uint64_t head_starts;          /* bursts started at their ring, before the grant */
+    uint64_t head_start_refusals;  /* ... whose ask then failed (the gate closed) */
     int32_t interval;
     int state;
     uint32_t quantum_us;
@@ -204,6 +211,9 @@ typedef struct gs_gate {
     bool keeper_running;
     bool service_requested;
     bool lease_wanted;             /* attached: ask tokend for a free token as a lease (keeper) */
+    bool head_start;               /* a provisional slice (token 0) runs before its grant */
+    bool head_start_wanted;        /* ... the keeper is to ask for it */
+    uint64_t head_start_ns;        /* when it started */
     pthread_t keeper;
     CUcontext contexts[GS_GATE_MAX_CONTEXTS];
     int n_contexts;
@@ -237,7 +247,8 @@ typedef struct gs_gate {
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_leases_at_start, n_wrap_ups,
-        n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses;
+        n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses, n_head_starts,
+        n_head_start_refusals;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate

@@ -270,7 +270,8 @@ SHIM_STATS_FIELDS = ("tokens_acquired", "tokens_released", "idle_releases", "rev
                      "checkpoint_waits", "slow_entries", "used_us", "overrun_us", "daemon_losses", "doorbell_pauses",
                      "doorbell_unanswered", "doorbell_rings", "anticipation_pauses", "anticipation_lapses",
                      "lease_resumes", "leases_at_start", "memory_held", "memory_pending_release",
-                     "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released")
+                     "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released",
+                     "head_starts", "head_start_refusals")
 
 
 class _ShimStats(ctypes.Structure):

@@ -134,6 +134,8 @@ static void print_shim_stats(void)
     printf("shim_tokens_acquired=%llu\nshim_lease_resumes=%llu\nshim_leases_at_start=%llu\n",
            (unsigned long long)st.tokens_acquired, (unsigned long long)st.lease_resumes,
            (unsigned long long)st.leases_at_start);
+    printf("shim_head_starts=%llu\nshim_head_start_refusals=%llu\n", (unsigned long long)st.head_starts,
+           (unsigned long long)st.head_start_refusals);
 }
 
 static int run_launch(int n, uint64_t ns)

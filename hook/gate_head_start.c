@@ -1,0 +1,92 @@
+/* gate_head_start: a preemptor starts its burst at its ring, not at its
+ * grant.
+ *
+ * Why: a client whose ring stops the holder (preempt_doorbell.h: tokend's
+ * flag says its group preempts the holder now) is granted at once when its
+ * AcquireToken arrives (tokend's at-once handover): the round trip decides
+ * nothing, yet the burst waited for it: ~0.4-1 ms on a loaded 2-core
+ * machine, the largest part of a burst's added latency (issue 23). So the
+ * ringer opens a provisional slice (token 0) and launches at once, while
+ * the keeper thread carries the AcquireToken; the grant then makes the slice
+ * a real one, charged from the head start (grant_ns), as the shim measures
+ * every slice.
+ *
+ * Bounds: a provisional slice lasts GS_GATE_HEAD_START_MAX_NS at most; a
+ * launch past that waits for the answer, as it would for any grant. If
+ * the ask fails (tokend gone, the wait timed out), the gate closes and the
+ * next launch asks like any other. What ran meanwhile shared the GPU with
+ * the holder's tail, as at-once handover does anyway. Two clients of the
+ * top class ringing together both start; tokend grants one and the other's
+ * provisional slice ends within the bound. GSLICE_HEAD_START=0 turns it off
+ * (tokend's `--handover at-release` wants it off: the grant then waits for
+ * the holder's release). */
+#define _GNU_SOURCE
+#include "gate_internal.h"
+
+#include "config.h"
+#include "log.h"
+#include "rpc_client.h"
+
+/* Called with mu held, state ACQUIRING, after this process rang. */
+bool gs_gate_head_start_locked(gs_gate *g)
+{
+    if (!gs_config_get()->head_start || !g->rpc)
+        return false;
+    gs_gate_ensure_keeper_locked(g);
+    if (!g->keeper_running)
+        return false;
+    gs_gate_open_slice_locked(g, 0, GS_GATE_HEAD_START_QUANTUM_US, false);
+    g->head_start = true;
+    g->head_start_ns = g->grant_ns;
+    g->head_start_wanted = true;
+    atomic_fetch_add_explicit(&g->n_head_starts, 1, memory_order_relaxed);
+    pthread_cond_signal(&g->keeper_wake);
+    GS_DEBUG("head start: launching at the ring, the keeper asks for the token");
+    return true;
+}
+
+/* Is this provisional slice past its bound? (mu held) */
+bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now)
+{
+    return g->head_start && now - g->head_start_ns > GS_GATE_HEAD_START_MAX_NS;
+}
+
+/* Keeper: ask for the token the provisional slice runs on. */
+void gs_gate_head_start_confirm_locked(gs_gate *g)
+{
+    uint32_t work = gs_gate_work_item_us(g);
+    pthread_mutex_unlock(&g->mu);
+    uint64_t token_id = 0;
+    uint32_t quantum_us = 0;
+    int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, work, true, &token_id,
+                                  &quantum_us);
+    pthread_mutex_lock(&g->mu);
+    if (!g->head_start || g->state != GS_GATE_HOLDING || g->token_id != 0) {
+        /* fork or stop reset the gate meanwhile: a grant goes back unused. */
+        if (rc == GS_RPC_OK && token_id != 0) {
+            pthread_mutex_unlock(&g->mu);
+            gs_rpc_release(g->rpc, token_id, 0, 0, false, GS_GATE_RELEASE_WAIT_MS);
+            pthread_mutex_lock(&g->mu);
+        }
+        return;
+    }
+    g->head_start = false;
+    if (rc == GS_RPC_OK && token_id != 0) {
+        g->token_id = token_id;
+        g->quantum_us = quantum_us ? quantum_us : 1000;
+        g->revoke_pending = g->revoked_before_grant == token_id;
+        g->revoked_before_grant = 0;
+        atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
+        GS_DEBUG("token %llu granted to a head start %.0f us after it: %u us", (unsigned long long)token_id,
+                 (double)(gs_gate_monotonic_ns() - g->head_start_ns) / 1e3, quantum_us);
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
+    /* Not granted in time: close the gate; the next launch asks as usual
+     * (and meets a lost daemon there). */
+    atomic_fetch_add_explicit(&g->n_head_start_refusals, 1, memory_order_relaxed);
+    GS_DEBUG("head start not granted (rc %d: %s); the gate closes", rc, gs_rpc_last_error());
+    atomic_store_explicit(&g->open, 0, memory_order_release);
+    g->state = GS_GATE_NO_TOKEN;
+    pthread_cond_broadcast(&g->changed);
+}
