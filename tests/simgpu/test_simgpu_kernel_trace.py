@@ -7,14 +7,19 @@ from gslice import simgpu
 from gslice.simgpu import kernel_trace
 
 
-def test_a_traced_process_writes_one_record_per_kernel_in_order(programs, processes, sim_name, tmp_path):
-    kernel_ns, count = 200_000, 20
-    env = {**simgpu.env(sim_name), kernel_trace.ENV_KERNEL_TRACE: str(tmp_path)}
+def traced_spin(programs, processes, sim_name, trace_dir, kernel_ns: int, count: int):
+    """driver_check spin (batches of 8, then a synchronise) with the trace on:
+    (its pid, its kernel runs)."""
+    env = {**simgpu.env(sim_name), kernel_trace.ENV_KERNEL_TRACE: str(trace_dir)}
     proc = processes.start([programs["driver_check"], "spin", kernel_ns, count], env)
     proc.communicate(timeout=60)
     assert proc.returncode == 0
+    return proc.pid, kernel_trace.read(trace_dir, proc.pid)
 
-    runs = kernel_trace.read(tmp_path, proc.pid)
+
+def test_a_traced_process_writes_one_record_per_kernel_in_order(programs, processes, sim_name, tmp_path):
+    kernel_ns, count = 200_000, 20
+    _, runs = traced_spin(programs, processes, sim_name, tmp_path, kernel_ns, count)
     assert len(runs) == count
     for run in runs:
         assert run.requested_ns == kernel_ns
@@ -54,11 +59,7 @@ def test_a_contexts_queued_kernels_run_back_to_back_in_stream_time(programs, pro
     # worker thread woke (~50 us later on these VMs: 1 ms kernels back to
     # back kept the engine ~95% busy), and runs exactly as long as asked.
     kernel_ns, count = 1_000_000, 16
-    env = {**simgpu.env(sim_name), kernel_trace.ENV_KERNEL_TRACE: str(tmp_path)}
-    proc = processes.start([programs["driver_check"], "spin", kernel_ns, count], env)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 0
-    runs = kernel_trace.read(tmp_path, proc.pid)
+    _, runs = traced_spin(programs, processes, sim_name, tmp_path, kernel_ns, count)
     assert [run.end_ns - run.start_ns for run in runs] == [kernel_ns] * count
     in_batch = [(earlier, later) for i, (earlier, later) in enumerate(zip(runs, runs[1:])) if (i + 1) % 8]
     assert len(in_batch) == count - count // 8
