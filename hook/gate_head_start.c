@@ -17,9 +17,10 @@
  * next launch asks like any other. What ran meanwhile shared the GPU with
  * the holder's tail, as at-once handover does anyway. Two clients of the
  * top class ringing together both start; tokend grants one and the other's
- * provisional slice ends within the bound. GSLICE_HEAD_START=0 turns it off
- * (tokend's `--handover at-release` wants it off: the grant then waits for
- * the holder's release). */
+ * provisional slice ends within the bound. Only when tokend says on the
+ * doorbell page that it grants on arrival (`grants_at_once`): with
+ * `--preempt-handover at-release` the grant waits for the holder's release,
+ * and one tenant submits at a time. GSLICE_HEAD_START=0 turns it off. */
 #define _GNU_SOURCE
 #include "gate_internal.h"
 
@@ -30,7 +31,7 @@
 /* Called with mu held, state ACQUIRING, after this process rang. */
 bool gs_gate_head_start_locked(gs_gate *g)
 {
-    if (!gs_config_get()->head_start || !g->rpc)
+    if (!gs_config_get()->head_start || !g->rpc || !gs_doorbell_grants_at_once(&g->doorbell))
         return false;
     gs_gate_ensure_keeper_locked(g);
     if (!g->keeper_running)

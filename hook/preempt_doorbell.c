@@ -176,6 +176,12 @@ bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_
                     atomic_load_explicit(&d->priority, memory_order_relaxed);
 }
 
+bool gs_doorbell_grants_at_once(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    return p && atomic_load_explicit(&p->grants_at_once, memory_order_relaxed) == 1;
+}
+
 bool gs_doorbell_contended(gs_doorbell *d)
 {
     gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);

@@ -70,7 +70,9 @@ typedef struct gs_doorbell_page {
     _Atomic uint32_t ring_priority; /* 36 the last ringer's class (gslice.v1.Priority) */
     _Atomic uint32_t contended;     /* 40 tokend: another group waits for the token or could preempt
                                      *    its holder (0: the holder is alone) */
-    uint32_t pad;                   /* 44 */
+    _Atomic uint32_t grants_at_once; /* 44 tokend: 1 when it grants a preemptor's ask on arrival (at-once
+                                     *    handover), which a head start relies on; 0 (at-release, or a daemon
+                                     *    older than the field: padding): no head start */
     _Atomic uint64_t expected_start_ns; /* 48 tokend: a preemptor of the holder is expected to ask */
     _Atomic uint64_t expected_end_ns;   /* 56    in [start, end] (CLOCK_MONOTONIC; 0: none expected) */
     _Atomic uint8_t may_preempt[GS_DOORBELL_SLOTS]; /* 64 tokend: per group slot */
@@ -106,6 +108,8 @@ bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns);
  * then takes this token back at once; tokend's flags cannot say, as they
  * are cleared once that request arrives.) */
 bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns);
+/* Does tokend grant a preemptor's ask on arrival (at-once handover)? */
+bool gs_doorbell_grants_at_once(gs_doorbell *d);
 /* Does anyone else want the GPU now (tokend's `contended`)? true without a
  * doorbell (unknown). */
 bool gs_doorbell_contended(gs_doorbell *d);

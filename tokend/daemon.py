@@ -129,7 +129,8 @@ class TokenDaemon:
         if options.preempt_doorbell:
             doorbell_path = self.client_socket_dir / DOORBELL_FILE_NAME
             try:
-                coordinator.doorbell = PreemptDoorbell(doorbell_path)
+                coordinator.doorbell = PreemptDoorbell(doorbell_path,
+                                                       grants_at_once=options.scheduler.preempt_handover)
             except OSError as exc:
                 log.warning("preemption doorbell %s not made (%s); preemptions reach the holder through its "
                             "Revoke only", doorbell_path, exc.strerror)

@@ -31,6 +31,10 @@ _HEADER = struct.Struct("<IIII")        # magic, version, slots, reserved
 _U32 = struct.Struct("<I")
 _HOLDER_SLOT_OFFSET = 32  # then ring_priority (u32) at 36, written by the shims
 _CONTENDED_OFFSET = 40
+# 1: tokend grants a preemptor's ask on arrival (at-once handover), so its
+# shim may launch at its ring (hook/gate_head_start.c). Padding before it
+# existed: an older daemon's page says 0, no head start.
+_GRANTS_AT_ONCE_OFFSET = 44
 # The expected preemption's window, CLOCK_MONOTONIC ns (0, 0: none). Padding
 # before they existed, so an older daemon's page (zeros) expects nothing.
 _EXPECTED_OFFSET = 48
@@ -40,7 +44,7 @@ _WINDOW = struct.Struct("<QQ")
 class PreemptDoorbell:
     """The page, and the group -> slot numbering (slot + 1 on the wire)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, grants_at_once: bool = True) -> None:
         self.path = Path(path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
@@ -53,6 +57,7 @@ class PreemptDoorbell:
         # A previous daemon's flags and holder mean nothing now; the ring
         # counter is left alone (listeners compare it with what they saw).
         self._clear()
+        self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = _U32.pack(int(grants_at_once))
         self._map[0:_HEADER.size] = _HEADER.pack(MAGIC, VERSION, SLOTS, 0)
         self._slots: dict[str, int] = {}
         self._free: list[int] = []
@@ -63,9 +68,10 @@ class PreemptDoorbell:
         self._expected = (0, 0)
 
     def _clear(self) -> None:
-        """Holder, contended, the expected window and every flag to 0 (the
-        ring fields are the shims')."""
+        """Holder, contended, grants-at-once, the expected window and every
+        flag to 0 (the ring fields are the shims')."""
         self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
+        self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = bytes(4)
         self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
         self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + _WINDOW.size] = bytes(_WINDOW.size)
         self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
@@ -131,6 +137,10 @@ class PreemptDoorbell:
     def read_ring(self) -> tuple[int, int, int]:
         """(ring_seq, ring_slot, ring_ns) as the shims left them (tests, status)."""
         return struct.unpack_from("<IIQ", self._map, 16)
+
+    def read_grants_at_once(self) -> bool:
+        """What the page tells the shims about head starts (tests)."""
+        return _U32.unpack_from(self._map, _GRANTS_AT_ONCE_OFFSET)[0] == 1
 
     def read_expected(self) -> tuple[int, int]:
         """(start_ns, end_ns) of the expected preemption as published (tests)."""

@@ -92,6 +92,33 @@ def test_a_preemptor_launches_at_its_ring_not_at_its_grant(runner, tokend):
     assert admin.status().group("low").preemptions >= 5
 
 
+def test_no_head_start_when_tokend_hands_over_at_release(runner, tmp_path, sim_lib_dir):
+    """With --preempt-handover at-release the grant waits for the holder's
+    release (one tenant submits at a time): the doorbell page says so, and a
+    ringer waits for its grant instead of starting at its ring."""
+    from gslice.testing import TokendProcess
+
+    at_release = TokendProcess(tmp_path / "at-release", gpu="fake", fake_gpu_memory=16 << 30,
+                               extra_args=["--preempt-handover", "at-release"])
+    at_release.start()
+    try:
+        admin, low, high = _groups(at_release)
+        holder = _holder_loop(runner, at_release, low, 4)
+        time.sleep(0.5)
+        rings = head_starts = 0
+        for _ in range(3):
+            rc, out, err = runner.run("launch", "driver", 1, MS // 2, **group_env(at_release, "high", high.secret))
+            assert rc == 0, err
+            rings += int(out["shim_doorbell_rings"])
+            head_starts += int(out["shim_head_starts"])
+            time.sleep(0.05)
+        holder.communicate(timeout=30)
+    finally:
+        at_release.close()
+    assert rings >= 1
+    assert head_starts == 0
+
+
 def _ring_as(page_path, slot: int, priority: int) -> None:
     """Ring the way a shim does: slot + 1, class, time, then bump and wake."""
     with open(page_path, "r+b") as f:

@@ -75,10 +75,11 @@ def test_python_constants_mirror_the_c_header():
     assert _c_int(DEFINES["GS_DOORBELL_FLAGS_OFFSET"]) == preempt_doorbell.FLAGS_OFFSET
     assert preempt_doorbell.SLOTS == preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET
     assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "reserved": 12, "ring_seq": 16, "ring_slot": 20,
-                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "pad": 44,
+                       "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "grants_at_once": 44,
                        "expected_start_ns": 48, "expected_end_ns": 56,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET}
     assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
+    assert preempt_doorbell._GRANTS_AT_ONCE_OFFSET == OFFSETS["grants_at_once"]
 
 
 def test_new_page_has_the_header_and_nothing_else(doorbell):
@@ -89,8 +90,26 @@ def test_new_page_has_the_header_and_nothing_else(doorbell):
     assert _u32(page, "version") == preempt_doorbell.VERSION
     assert _u32(page, "slots") == preempt_doorbell.SLOTS
     header_end = OFFSETS["reserved"]
-    assert page[header_end:] == bytes(preempt_doorbell.SIZE - header_end)
+    # At-once handover (the default): the shims may start at their ring.
+    assert _u32(page, "grants_at_once") == 1 and doorbell.read_grants_at_once()
+    rest = bytearray(page[header_end:])
+    at = OFFSETS["grants_at_once"] - header_end
+    rest[at:at + 4] = bytes(4)
+    assert rest == bytes(preempt_doorbell.SIZE - header_end)
     assert doorbell.read_ring() == (0, 0, 0)
+
+
+def test_a_daemon_that_hands_over_at_release_tells_the_shims_not_to_start_early(tmp_path):
+    # hook/gate_head_start.c: with at-release the grant waits for the
+    # holder's release, so a head start would run two tenants at once.
+    path = tmp_path / preempt_doorbell.FILE_NAME
+    PreemptDoorbell(path).close()   # an at-once daemon before it
+    at_release = PreemptDoorbell(path, grants_at_once=False)
+    assert _u32(_page(path), "grants_at_once") == 0 and not at_release.read_grants_at_once()
+    at_release.close()
+    at_once = PreemptDoorbell(path)
+    at_once.close()   # a stopped daemon grants nothing
+    assert _u32(_page(path), "grants_at_once") == 0
 
 
 def test_file_is_one_page_with_mode_0666_under_a_restrictive_umask(tmp_path):
