@@ -32,11 +32,22 @@ window, not by uptime.
 Choice. When the token is free, among waiting clients whose group is
 *eligible* (below its limit, see below), serve the smallest
 ``(tier, -priority, pace, wait sequence)`` where tier 0 = groups below
-their request and tier 1 = the rest, and pace = usage / (request*window):
-the group least served relative to what it asked for goes first (largest
-relative shortfall), and capacity left over by idle groups is shared in
-proportion to requests. Within a group, FIFO by wait start. Guarantees come
-before priority classes; the class orders groups within a tier.
+their request (usage in the window) and tier 1 = the rest, and pace is the
+group's *virtual time*: what it was charged while active, per unit of its
+request (stride scheduling's pass). The group least served relative to
+what it asked for goes first (largest relative shortfall), and capacity
+left over by idle groups is shared in proportion to requests. Paces within
+quantum_min of the request's time of each other are level: the longest
+waiter goes first, so busy groups take turns in a fixed order. A group
+becoming active starts at the lowest active group's virtual time (idle
+time is no claim on the others), and no active group lags the furthest
+ahead by more than a window's worth (a group kept waiting by class or cap
+catches up on at most its request x window). Virtual time, unlike window
+usage, does not drop a slice at a time as old charges leave the window:
+compared by window usage, 1 s shares swung by a slice each time the first
+seconds' pattern left the window. Within a group, FIFO by wait start.
+Guarantees come before priority classes; the class orders groups within a
+tier.
 
 Debt. A waiting group whose work items are at least quantum_max long (it
 reported them) and that is ahead of the pace of a *contending* group (one that
@@ -98,7 +109,7 @@ group's room, except to cover the work item it was admitted for (its item
 plus quantum_min). While other groups are active, a grant is also cut to the
 group's *fair slice* (stride scheduling): ``quantum_max`` x its request /
 the largest active request, minus the time it is ahead of the pace of the
-furthest-behind active group. With one busy client per group the token
+furthest-behind active group (by virtual time, in its request's terms). With one busy client per group the token
 merely alternates between groups whatever the choice rule, so slice length
 is what sets a 30/70 split (from the first second, not only once the window
 has filled), and the "ahead" term pays back overruns. Quanta are otherwise
@@ -368,7 +379,7 @@ class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
         "intervals", "charged", "waiters", "clients", "last_active", "last_release", "pace_until",
-        "fair_pace_until", "idle_since", "arrivals", "waiting_since", "pace_credit",
+        "fair_pace_until", "idle_since", "arrivals", "waiting_since", "pace_credit", "vtime",
     )
 
     def __init__(self, spec: GroupSpec, window: float) -> None:
@@ -396,6 +407,9 @@ class _Group:
         # never did), and its latest arrivals after such idle gaps.
         self.idle_since: float | None = None
         self.arrivals: deque[float] = deque(maxlen=_ARRIVALS)
+        # Virtual time: GPU time charged per unit of request (s), while
+        # active; see _vtime.
+        self.vtime = 0.0
         self.set_spec(spec, window)
 
     def set_spec(self, spec: GroupSpec, window: float) -> None:
@@ -458,6 +472,9 @@ class Scheduler:
         self._expired: dict[str, tuple[int, float, float]] = {}
         self._next_token = 1
         self._wait_sequence = 0
+        # The lowest active group's virtual time, as of the latest charge
+        # (never decreasing): where a group becoming active starts.
+        self._vfloor = 0.0
         self._now = -math.inf
         self.decisions = 0
         self.tokens_granted: dict[str, int] = {}
@@ -505,6 +522,7 @@ class Scheduler:
         spec = self._check_group_spec(spec, replacing=None)
         now = self._clock(now)
         self._groups[spec.name] = _Group(spec, self._window)
+        self._groups[spec.name].vtime = self._vfloor
         self.tokens_granted[spec.name] = 0
         self.preemptions[spec.name] = 0
         self.expiries[spec.name] = 0
@@ -598,6 +616,7 @@ class Scheduler:
         group = client.group
         if not group.waiters and not (self._holding is not None and self._holding.client.group is group):
             self._note_arrival(group, now)
+        group.vtime = self._vtime(group, now)  # from the floor, if it was inactive
         if not group.waiters:
             group.waiting_since = now
         if client_id not in group.waiters:
@@ -621,6 +640,7 @@ class Scheduler:
         usage = self._usage(group, now)
         if self._capped_out(group, usage, now) or self._in_debt(group, usage, now):
             return self._step(now, [])
+        group.vtime = self._vtime(group, now)
         holding = self._hold(client, usage, now)
         holding.leased = True
         holding.deadline = math.inf
@@ -807,6 +827,7 @@ class Scheduler:
             begin = end - amount
             group.fair_pace_until = max(group.fair_pace_until, begin) + amount * requests / group.request_usage
         self.charged_total[group.name] += amount
+        self._advance_vtime(group, amount)
         intervals = group.intervals
         start = end - amount
         point = 0.0
@@ -848,6 +869,50 @@ class Scheduler:
             if end > start:   # a renewed slice may start ahead of now (see renew)
                 usage += end - start
         return usage
+
+    def _active(self, group: _Group, now: float) -> bool:
+        """Waiting, holding (a lease too), or active within quantum_max."""
+        holding = self._holding
+        return bool(group.waiters) or (holding is not None and holding.client.group is group) or (
+            group.last_active >= now - self.config.quantum_max)
+
+    def _vtime(self, group: _Group, now: float) -> float:
+        """The group's virtual time: what it was charged while active, per
+        unit of its request, the holder's slice counting as it accrues (as
+        in _usage). A group becoming active starts at the floor (the lowest
+        active group's virtual time), so time it spent idle is no claim on
+        the others. Busy groups level their virtual times (stride
+        scheduling's pass): unlike usage in the sliding window, it does not
+        drop a slice at a time as old charges leave the window. Compared by
+        window usage, each group's oldest slice leaving made it look behind
+        by up to that slice; the fair slices chased that echo and 1 s shares
+        swung by a slice (a 30% group with 5 ms kernels: 23-37%)."""
+        vtime = group.vtime
+        holding = self._holding
+        if holding is not None and holding.client.group is group:
+            if not holding.leased:
+                end = now if now < holding.deadline else holding.deadline
+                if end > holding.grant_time:
+                    vtime += (end - holding.grant_time) / group.spec.request
+        elif not group.waiters and group.last_active < now - self.config.quantum_max:
+            vtime = max(vtime, self._vfloor)
+        return vtime
+
+    def _advance_vtime(self, group: _Group, amount: float) -> None:
+        """Charge `amount` to the group's virtual time; keep every active
+        group within one window of the furthest ahead (a group that could
+        not be served, by class or its cap, catches up on at most a window's
+        worth of its request, as with window usage) and raise the floor."""
+        group.vtime += amount / group.spec.request
+        now = self._now
+        active = [other for other in self._groups.values() if other is group or self._active(other, now)]
+        top = max(other.vtime for other in active)
+        for other in active:
+            if other.vtime < top - self._window:
+                other.vtime = top - self._window
+        lowest = min(other.vtime for other in active)
+        if lowest > self._vfloor:
+            self._vfloor = lowest
 
     def _time_usage_reaches(self, group: _Group, target: float, now: float) -> float | None:
         """Earliest time >= now at which the group's past charges inside the
@@ -1005,12 +1070,12 @@ class Scheduler:
             return True
         return fair + 0.5 * head.work_item < -_TIME_EPSILON
 
-    @staticmethod
-    def _order_key(group: _Group, usage: float) -> tuple[int, int, float]:
-        """(tier, -class, pace): tier 0 below request, 1 at or above it; pace
-        is usage per unit of request, so the least-served group relative to
-        what it asked for goes first (largest relative shortfall)."""
-        return (0 if usage < group.request_usage else 1, -group.priority, usage / group.request_usage)
+    def _order_key(self, group: _Group, usage: float, now: float) -> tuple[int, int, float]:
+        """(tier, -class, pace): tier 0 below request (window usage), 1 at or
+        above it; pace is the group's virtual time (charged per unit of
+        request while active), so the least-served group relative to what
+        it asked for goes first (largest relative shortfall)."""
+        return (0 if usage < group.request_usage else 1, -group.priority, self._vtime(group, now))
 
     def _candidate(self, now: float):
         """Best eligible waiting (group, usage, key), or None.
@@ -1020,17 +1085,22 @@ class Scheduler:
         debt released less than quantum_min ago (its request may follow:
         the GPU waits that long for it rather than deepen the debt)."""
         best = best_free = None
+        free = []
         for group in self._waiting_groups:
             usage = self._usage(group, now)
             if self._capped_out(group, usage, now):
                 continue
-            key = (*self._order_key(group, usage), next(iter(group.waiters.values())))
+            key = (*self._order_key(group, usage, now), next(iter(group.waiters.values())))
             if best is None or key < best[2]:
                 best = (group, usage, key)
-            if (best_free is None or key < best_free[2]) and not self._in_debt(group, usage, now):
-                best_free = (group, usage, key)
-        if best_free is not None or best is None:
-            return best_free
+            if not self._in_debt(group, usage, now):
+                free.append((group, usage, key))
+                if best_free is None or key < best_free[2]:
+                    best_free = (group, usage, key)
+        if best_free is not None:
+            return self._first_in_line(best_free, free)
+        if best is None:
+            return None
         # Only groups in debt are eligible. One whose item is long would hold
         # the GPU for that item; a waiter out of its cap's pause before the
         # item would end waits for it instead (the GPU idles at most until
@@ -1047,6 +1117,27 @@ class Scheduler:
             if not self._capped_out(group, usage, now) and not self._in_debt(group, usage, now):
                 return None
         return best
+
+    def _first_in_line(self, best, candidates):
+        """Among `candidates` in best's tier and class whose pace is level
+        with best's (ahead of it by less than quantum_min of their own
+        request's time), the one waiting longest. Busy groups' paces differ
+        by round-off and handoff jitter; ordered by pace alone they took
+        turns in a new order every round (one group served twice, another
+        skipped), and a 5 ms group's 1 s windows swung 23-37% around its
+        30%. In turn, every group is served once a round; the fair slice's
+        "ahead" term keeps their usage in proportion. A group behind by
+        more than that (back from idle) still goes first."""
+        group, usage, key = best
+        chosen = best
+        for candidate in candidates:
+            other, other_usage, other_key = candidate
+            if other_key[:2] != key[:2] or other_key[3] >= chosen[2][3]:
+                continue
+            ahead = (other_key[2] - key[2]) * other.spec.request
+            if ahead < self.config.quantum_min:
+                chosen = candidate
+        return chosen
 
     def _step(self, now: float, out: list[Decision]) -> list[Decision]:
         """Apply the time-driven rules at `now`: expiry, then grant or preemption."""
@@ -1147,7 +1238,7 @@ class Scheduler:
         last quantum_max; with `contending_only`, groups that could use the
         GPU now (see _contending), and `also_contending`."""
         recent = now - self.config.quantum_max
-        slowest_pace = math.inf
+        slowest_vtime = math.inf
         largest_request = granted.request_usage
         for group in self._groups.values():
             if group is granted:
@@ -1157,11 +1248,11 @@ class Scheduler:
                     continue
             elif not group.waiters and group.last_active < recent:
                 continue
-            slowest_pace = min(slowest_pace, self._usage(group, now) / group.request_usage)
+            slowest_vtime = min(slowest_vtime, self._vtime(group, now))
             largest_request = max(largest_request, group.request_usage)
-        if slowest_pace == math.inf:
+        if slowest_vtime == math.inf:
             return None
-        ahead = usage - slowest_pace * granted.request_usage
+        ahead = (self._vtime(granted, now) - slowest_vtime) * granted.spec.request
         return self.config.quantum_max * granted.request_usage / largest_request - ahead
 
     def _preempting_priority(self, holding: _Holding) -> bool:
@@ -1341,7 +1432,7 @@ class Scheduler:
         for group in self._waiting_groups:
             usage = self._usage(group, now)
             blocked = self._capped_out(group, usage, now)
-            key = (2, -group.priority, usage) if blocked else self._order_key(group, usage)
+            key = (2, -group.priority, usage) if blocked else self._order_key(group, usage, now)
             for client_id, sequence in group.waiters.items():
                 ordered.append((key, sequence, client_id))
         ordered.sort()
@@ -1375,14 +1466,14 @@ class Scheduler:
         for group in self._waiting_groups:
             usage = self._usage(group, now)
             if not self._capped_out(group, usage, now):
-                queued.append((group, usage, self._order_key(group, usage)))
+                queued.append((group, usage, self._order_key(group, usage, now)))
         found = []
         for group in higher:
             usage = self._usage(group, now)
             if group.capped and (group.cap - usage < self.config.quantum_min - _TIME_EPSILON
                                  or now < group.pace_until - _TIME_EPSILON):
                 continue
-            key = self._order_key(group, usage)
+            key = self._order_key(group, usage, now)
             if not self._outranks(group, key[0], holder_group, holder_tier):
                 continue
             if any(other_key <= key and not self._in_debt(other, other_usage, now, also_contending=group)
