@@ -189,6 +189,16 @@ bool gs_doorbell_contended(gs_doorbell *d)
            atomic_load_explicit(&p->contended, memory_order_relaxed) != 0;
 }
 
+bool gs_doorbell_queue_bounded(gs_doorbell *d)
+{
+    if (!gs_doorbell_contended(d))
+        return false;
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    return !(p && slot && atomic_load_explicit(&p->holder_slot, memory_order_relaxed) == slot &&
+             atomic_load_explicit(&p->holder_outranks, memory_order_relaxed) == 1);
+}
+
 bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, uint64_t *start_ns, uint64_t *end_ns)
 {
     gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);

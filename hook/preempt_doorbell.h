@@ -62,7 +62,9 @@ typedef struct gs_doorbell_page {
     uint32_t magic;                 /* 0  GS_DOORBELL_MAGIC */
     uint32_t version;               /* 4  GS_DOORBELL_VERSION */
     uint32_t slots;                 /* 8  flags in use: GS_DOORBELL_SLOTS */
-    uint32_t reserved;              /* 12 */
+    _Atomic uint32_t holder_outranks; /* 12 tokend: 1 when every group waiting is of a lower class than the
+                                     *    holder's and no preemptor is flagged or expected: the holder need
+                                     *    not bound its queue (0 from a daemon older than the field) */
     _Atomic uint32_t ring_seq;      /* 16 bumped by each ring: the futex word */
     _Atomic uint32_t ring_slot;     /* 20 the last ringer's group slot + 1 */
     _Atomic uint64_t ring_ns;       /* 24 when it rang (CLOCK_MONOTONIC) */
@@ -113,6 +115,10 @@ bool gs_doorbell_grants_at_once(gs_doorbell *d);
 /* Does anyone else want the GPU now (tokend's `contended`)? true without a
  * doorbell (unknown). */
 bool gs_doorbell_contended(gs_doorbell *d);
+/* Must this process, the holder, bound what it queues (queue_bound.c)?
+ * Contended, unless tokend says it outranks every group waiting (then its
+ * queue delays nobody it would not delay anyway). */
+bool gs_doorbell_queue_bounded(gs_doorbell *d);
 /* The window in which tokend expects a preemptor of this process's group
  * (the holder's) to ask: true and [*start_ns, *end_ns] when there is one
  * that has not ended at now_ns. */

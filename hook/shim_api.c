@@ -49,6 +49,7 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->leases_at_start = g.leases_at_start;
     out->head_starts = g.head_starts;
     out->head_start_refusals = g.head_start_refusals;
+    out->paced_launches = g.paced_launches;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

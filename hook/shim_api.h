@@ -22,6 +22,7 @@ typedef struct gslice_shim_stats {
     uint64_t reservations, refusals, release_flushes, bytes_released;
     uint64_t head_starts;        /* bursts started at their preemption ring, before the grant */
     uint64_t head_start_refusals;
+    uint64_t paced_launches;       /* launches held back until its queued work neared its end */
 } gslice_shim_stats;
 
 const char *gslice_version(void);

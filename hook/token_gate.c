@@ -385,6 +385,7 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->anticipation_lapses = atomic_load(&g->n_anticipation_lapses);
     out->head_starts = atomic_load(&g->n_head_starts);
     out->head_start_refusals = atomic_load(&g->n_head_start_refusals);
+    out->paced_launches = atomic_load(&g->n_paced_launches);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

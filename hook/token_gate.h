@@ -174,6 +174,7 @@ typedef struct gs_gate_stats {
     uint64_t anticipation_lapses;  /* ... that did not ring before the window's end */
     uint64_t head_starts;          /* bursts started at their ring, before the grant */
     uint64_t head_start_refusals;  /* ... whose ask then failed (the gate closed) */
+    uint64_t paced_launches;       /* launches held back until its queued work neared its end */
     int32_t interval;
     int state;
     uint32_t quantum_us;
@@ -248,7 +249,7 @@ typedef struct gs_gate {
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_leases_at_start, n_wrap_ups,
         n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses, n_head_starts,
-        n_head_start_refusals;
+        n_head_start_refusals, n_paced_launches;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate

@@ -27,8 +27,13 @@ VERSION = 1
 SIZE = 4096
 FLAGS_OFFSET = 64
 SLOTS = SIZE - FLAGS_OFFSET
-_HEADER = struct.Struct("<IIII")        # magic, version, slots, reserved
+_HEADER = struct.Struct("<III")         # magic, version, slots
 _U32 = struct.Struct("<I")
+# 1: every group waiting is of a lower class than the holder's (tokend renews
+# it past them and they never preempt it) and no preemptor is flagged or
+# expected: the holder need not bound what it queues (hook/queue_bound.c).
+# Padding before it existed: an older daemon's page says 0, bound as before.
+_HOLDER_OUTRANKS_OFFSET = 12
 _HOLDER_SLOT_OFFSET = 32  # then ring_priority (u32) at 36, written by the shims
 _CONTENDED_OFFSET = 40
 # 1: tokend grants a preemptor's ask on arrival (at-once handover), so its
@@ -58,19 +63,21 @@ class PreemptDoorbell:
         # counter is left alone (listeners compare it with what they saw).
         self._clear()
         self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = _U32.pack(int(grants_at_once))
-        self._map[0:_HEADER.size] = _HEADER.pack(MAGIC, VERSION, SLOTS, 0)
+        self._map[0:_HEADER.size] = _HEADER.pack(MAGIC, VERSION, SLOTS)
         self._slots: dict[str, int] = {}
         self._free: list[int] = []
         self._next = 0
         self._flagged: set[int] = set()
         self._holder = 0
         self._contended = False
+        self._outranks = False
         self._expected = (0, 0)
 
     def _clear(self) -> None:
-        """Holder, contended, grants-at-once, the expected window and every
-        flag to 0 (the ring fields are the shims')."""
+        """Holder, contended, holder-outranks, grants-at-once, the expected
+        window and every flag to 0 (the ring fields are the shims')."""
         self._map[_HOLDER_SLOT_OFFSET:_HOLDER_SLOT_OFFSET + 4] = bytes(4)
+        self._map[_HOLDER_OUTRANKS_OFFSET:_HOLDER_OUTRANKS_OFFSET + 4] = bytes(4)
         self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = bytes(4)
         self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
         self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + _WINDOW.size] = bytes(_WINDOW.size)
@@ -99,10 +106,12 @@ class PreemptDoorbell:
             self._free.append(index)
 
     def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False,
-                expected: tuple[float, float] | None = None) -> None:
+                expected: tuple[float, float] | None = None, holder_outranks: bool = False) -> None:
         """The holder's group, the groups that would preempt it now, whether
-        another group waits (with a preemptor: `contended`), and the window
-        (time.monotonic seconds) in which a preemptor is expected to ask."""
+        another group waits (with a preemptor: `contended`), the window
+        (time.monotonic seconds) in which a preemptor is expected to ask, and
+        whether the holder outranks every waiting group (written only with
+        no preemptor flagged or expected)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder, so a shim usually sees the flags that
@@ -122,6 +131,10 @@ class PreemptDoorbell:
             self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = _U32.pack(int(contended))
             self._contended = contended
         window = (0, 0) if expected is None else (int(expected[0] * 1e9), int(expected[1] * 1e9))
+        outranks = bool(holder and holder_outranks and not flagged and window == (0, 0))
+        if outranks != self._outranks:
+            self._map[_HOLDER_OUTRANKS_OFFSET:_HOLDER_OUTRANKS_OFFSET + 4] = _U32.pack(int(outranks))
+            self._outranks = outranks
         if window != self._expected:
             # Two plain stores: a shim reading between them pairs the new end
             # with the old start (a hint either way, its pause is bounded).

@@ -74,12 +74,13 @@ def test_python_constants_mirror_the_c_header():
     assert _c_int(DEFINES["GS_DOORBELL_SIZE"]) == preempt_doorbell.SIZE
     assert _c_int(DEFINES["GS_DOORBELL_FLAGS_OFFSET"]) == preempt_doorbell.FLAGS_OFFSET
     assert preempt_doorbell.SLOTS == preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET
-    assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "reserved": 12, "ring_seq": 16, "ring_slot": 20,
+    assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "holder_outranks": 12, "ring_seq": 16, "ring_slot": 20,
                        "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "grants_at_once": 44,
                        "expected_start_ns": 48, "expected_end_ns": 56,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET}
     assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
     assert preempt_doorbell._GRANTS_AT_ONCE_OFFSET == OFFSETS["grants_at_once"]
+    assert preempt_doorbell._HOLDER_OUTRANKS_OFFSET == OFFSETS["holder_outranks"]
 
 
 def test_new_page_has_the_header_and_nothing_else(doorbell):
@@ -89,7 +90,7 @@ def test_new_page_has_the_header_and_nothing_else(doorbell):
     assert _u32(page, "magic") == preempt_doorbell.MAGIC
     assert _u32(page, "version") == preempt_doorbell.VERSION
     assert _u32(page, "slots") == preempt_doorbell.SLOTS
-    header_end = OFFSETS["reserved"]
+    header_end = OFFSETS["holder_outranks"]
     # At-once handover (the default): the shims may start at their ring.
     assert _u32(page, "grants_at_once") == 1 and doorbell.read_grants_at_once()
     rest = bytearray(page[header_end:])
@@ -195,6 +196,24 @@ def test_publish_writes_exactly_the_flags_the_holder_and_contended(doorbell):
 
     doorbell.publish(None, frozenset())
     assert _page(doorbell.path) == before
+
+
+def test_holder_outranks_is_written_only_with_no_preemptor_flagged_or_expected(doorbell):
+    # The holder's shim stops bounding its queue on this word
+    # (hook/queue_bound.c): never while a preemptor could ask.
+    doorbell.publish("high", frozenset(), others_waiting=True, holder_outranks=True)
+    assert _u32(_page(doorbell.path), "holder_outranks") == 1
+    doorbell.publish("high", frozenset({"top"}), others_waiting=True, holder_outranks=True)
+    assert _u32(_page(doorbell.path), "holder_outranks") == 0
+    doorbell.publish("high", frozenset(), others_waiting=True, holder_outranks=True)
+    doorbell.publish("high", frozenset(), others_waiting=True, expected=(1.0, 1.5), holder_outranks=True)
+    assert _u32(_page(doorbell.path), "holder_outranks") == 0
+    doorbell.publish("high", frozenset(), others_waiting=True, holder_outranks=True)
+    doorbell.publish(None, frozenset(), holder_outranks=True)  # no holder: nothing to outrank with
+    assert _u32(_page(doorbell.path), "holder_outranks") == 0
+    doorbell.publish("high", frozenset(), others_waiting=True, holder_outranks=True)
+    doorbell.publish("high", frozenset(), others_waiting=True)
+    assert _u32(_page(doorbell.path), "holder_outranks") == 0
 
 
 def _window(page: bytes) -> tuple[int, int]:

@@ -217,3 +217,25 @@ def test_a_waiter_that_the_request_puts_in_debt_does_not_hide_a_preemptor():
     assert_does_not_preempt(s, "r1", 0.75)  # of lo's class; lo is past its request
     assert s.preemptors(0.75) == {"hi"}
     assert_preempts(s, "h1", 0.75)
+
+
+# ------------------------------------------------- holder_outranks_waiters
+
+def test_a_holder_outranks_waiters_only_of_a_strictly_lower_class():
+    # Published on the doorbell page: such a holder does not bound its
+    # queue (hook/queue_bound.c), since none of them preempts it.
+    s = scheduler(("hi", 0.3, 1.0, HIGH, ["h1"]), ("lo", 0.3, 1.0, LOW, ["l1"]),
+                  ("peer", 0.3, 1.0, HIGH, ["p1"]))
+    assert s.holder_outranks_waiters(0.0) is False  # nobody holds
+    s.request("h1", 0.0)
+    assert s.holder_outranks_waiters(0.001) is False  # nobody else waits
+    s.request("l1", 0.001)
+    assert s.holder_outranks_waiters(0.002) is True
+    s.request("p1", 0.002)  # the same class: it takes its turn at the slice's end
+    assert s.holder_outranks_waiters(0.003) is False
+
+
+def test_a_low_holder_does_not_outrank_a_waiting_higher_class():
+    s = low_holder_and_idle_high()
+    s.request("h1", 0.01)
+    assert s.holder_outranks_waiters(0.01) is False

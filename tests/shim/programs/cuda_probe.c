@@ -136,6 +136,7 @@ static void print_shim_stats(void)
            (unsigned long long)st.leases_at_start);
     printf("shim_head_starts=%llu\nshim_head_start_refusals=%llu\n", (unsigned long long)st.head_starts,
            (unsigned long long)st.head_start_refusals);
+    printf("shim_paced_launches=%llu\n", (unsigned long long)st.paced_launches);
 }
 
 static int run_launch(int n, uint64_t ns)
