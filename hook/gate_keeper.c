@@ -283,11 +283,15 @@ static void *keeper_main(void *arg)
             bool renew_due = now >= renew_at && !g->renew_refused;
             /* Idle: no launch since the last idle check, none waiting for its
              * own GPU work (a checkpoint: busy, not idle) and the work done.
-             * Checked at the renewal too: a burst that ended just before
-             * renew_at paid a renewal round trip before its idle release
-             * (~0.7 ms more idle GPU after each burst of a high-priority
-             * tenant beside others). */
-            if ((now >= g->next_idle_check_ns || (renew_due && !wrap_due && now < deadline)) &&
+             * Checked at the renewal too while another group waits: a burst
+             * that ended just before renew_at paid a renewal round trip
+             * before its idle release (~0.7 ms more idle GPU after each
+             * burst of a high-priority tenant beside others). Not when
+             * alone: a renewal then idles nobody, and a 30% cap alone with
+             * 12.5 ms kernels, each waited for, released between two of
+             * them was charged 1 point over its GPU time. */
+            bool renewal_check = renew_due && !wrap_due && now < deadline && gs_doorbell_contended(&g->doorbell);
+            if ((now >= g->next_idle_check_ns || renewal_check) &&
                 !atomic_load_explicit(&g->activity, memory_order_relaxed) &&
                 !atomic_load_explicit(&g->gpu_waiters, memory_order_relaxed) && !gs_gate_gpu_work_outstanding(g)) {
                 end_slice_locked(g, true);

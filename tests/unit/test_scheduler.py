@@ -310,14 +310,18 @@ def test_detach_of_waiter_removes_its_wait(two_groups):
 
 # ------------------------------------------------------------------ choice
 
-def test_group_furthest_below_request_goes_first(two_groups):
-    s = two_groups  # a: request 0.3, b: request 0.7; a was charged 20 ms, b nothing
+def _a_charged_then_both_wait(s, used: float) -> str:
+    """a's holder is charged `used` while a1, then b1, wait: who is next."""
     s.attach("holder", "a", 0.0)
     s.request("holder", 0.0)
     s.request("a1", 0.001)
     s.request("b1", 0.002)
-    assert s.waiting() == ["b1", "a1"]
-    assert s.release("holder", 1, 0.020, 0.020)[0].client_id == "b1"
+    return s.release("holder", 1, used, used)[0].client_id
+
+
+def test_group_furthest_below_request_goes_first(two_groups):
+    # a: request 0.3, b: request 0.7; a was charged 20 ms, b nothing.
+    assert _a_charged_then_both_wait(two_groups, 0.020) == "b1"
 
 
 def test_groups_level_in_pace_take_turns_in_arrival_order(two_groups):
@@ -325,12 +329,7 @@ def test_groups_level_in_pace_take_turns_in_arrival_order(two_groups):
     # tie (busy groups differ by handoff jitter), so the longest waiter goes
     # first; ordered by pace alone, busy groups took turns in a new order
     # every round and their 1 s shares swung by a slice.
-    s = two_groups
-    s.attach("holder", "a", 0.0)
-    s.request("holder", 0.0)
-    s.request("a1", 0.001)
-    s.request("b1", 0.002)
-    assert s.release("holder", 1, 0.003, 0.003)[0].client_id == "a1"
+    assert _a_charged_then_both_wait(two_groups, 0.003) == "a1"
 
 
 def test_tier_zero_beats_priority_and_priority_orders_within_tier():
