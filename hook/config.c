@@ -79,6 +79,18 @@ static unsigned long long mib_setting(const char *(*lookup)(const char *name), c
     return (unsigned long long)mib << 20;
 }
 
+/* A mechanism's switch, on unless "0"; anything but 0 or 1 warns (on). */
+static bool switch_setting(const char *(*lookup)(const char *name), const char *name, const char *what_on_means)
+{
+    const char *v = lookup(name);
+    if (!v || !*v || !strcmp(v, "1"))
+        return true;
+    if (!strcmp(v, "0"))
+        return false;
+    GS_WARN("%s=%s is not 0 or 1 (using 1: %s)", name, v, what_on_means);
+    return true;
+}
+
 void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
 {
     memset(cfg, 0, sizeof *cfg);
@@ -144,13 +156,9 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
      * inside the quota. */
     cfg->growth_margin = mib_setting(lookup, "GSLICE_CONTEXT_GROWTH_MARGIN_MIB", 64);
 
-    cfg->head_start = true;
-    if ((v = lookup("GSLICE_HEAD_START")) && *v) {
-        if (!strcmp(v, "0"))
-            cfg->head_start = false;
-        else if (strcmp(v, "1") != 0)
-            GS_WARN("GSLICE_HEAD_START=%s is not 0 or 1 (using 1: a preemptor launches at its ring)", v);
-    }
+    cfg->head_start = switch_setting(lookup, "GSLICE_HEAD_START", "a preemptor launches at its ring");
+    cfg->handback = switch_setting(lookup, "GSLICE_HANDBACK", "a slice's end is told to the next group");
+    cfg->burst_end = switch_setting(lookup, "GSLICE_BURST_END", "a burst's end is checked at its synchronisation");
 
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }

@@ -26,6 +26,10 @@ typedef struct gs_config {
     unsigned long long growth_margin;   /* GSLICE_CONTEXT_GROWTH_MARGIN_MIB (default 64): bytes charged above NVML's
                                            per-process figure once it exceeds the context reserves */
     bool head_start;           /* GSLICE_HEAD_START (default 1): a preemptor launches at its ring (gate_head_start.c) */
+    bool handback;             /* GSLICE_HANDBACK (default 1): a slice's end is told to the next group, which
+                                * starts before its grant (gate_handback.c) */
+    bool burst_end;            /* GSLICE_BURST_END (default 1): a bursty holder's idle end is checked at its
+                                * own synchronisation (gate_burst_end.c) */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

@@ -38,8 +38,9 @@ bool gs_gate_head_start_locked(gs_gate *g)
         return false;
     gs_gate_open_slice_locked(g, 0, GS_GATE_HEAD_START_QUANTUM_US, false);
     g->head_start = true;
+    g->head_start_at_handback = false;
     g->head_start_ns = g->grant_ns;
-    g->head_start_wanted = true;
+    g->keeper_ask_wanted = true;
     atomic_fetch_add_explicit(&g->n_head_starts, 1, memory_order_relaxed);
     pthread_cond_signal(&g->keeper_wake);
     GS_DEBUG("head start: launching at the ring, the keeper asks for the token");
@@ -52,19 +53,40 @@ bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now)
     return g->head_start && now - g->head_start_ns > GS_GATE_HEAD_START_MAX_NS;
 }
 
-/* Keeper: ask for the token the provisional slice runs on. */
-void gs_gate_head_start_confirm_locked(gs_gate *g)
+/* Keeper: carry this process's AcquireToken: the one a provisional slice
+ * runs on (a head start, or a slice started at a handback while it was on
+ * its way), or a waiter's (gate_handback.c). */
+void gs_gate_keeper_ask_locked(gs_gate *g)
 {
+    bool provisional = g->head_start && g->state == GS_GATE_HOLDING && g->token_id == 0;
+    if (!provisional && !(g->ask_via_keeper && g->state == GS_GATE_ACQUIRING))
+        return;
     uint32_t work = gs_gate_work_item_us(g);
     pthread_mutex_unlock(&g->mu);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
-    int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, work, true, &token_id,
-                                  &quantum_us);
+    /* A head start asks after its ring (tokend then grants it at once). */
+    int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, work, provisional,
+                                  &token_id, &quantum_us);
     pthread_mutex_lock(&g->mu);
+    bool granted = rc == GS_RPC_OK && token_id != 0;
+    bool was_waiter = g->ask_via_keeper;
+    g->ask_via_keeper = false;
+    if (g->state == GS_GATE_ACQUIRING && was_waiter) {
+        if (granted) {
+            gs_gate_granted_locked(g, token_id, quantum_us);
+            return;
+        }
+        /* Not granted: the launching thread asks again; itself, unless the
+         * wait merely timed out, so that a lost daemon is handled there. */
+        g->ask_direct = rc != GS_GATE_GRPC_DEADLINE_EXCEEDED;
+        g->state = GS_GATE_NO_TOKEN;
+        pthread_cond_broadcast(&g->changed);
+        return;
+    }
     if (!g->head_start || g->state != GS_GATE_HOLDING || g->token_id != 0) {
         /* fork or stop reset the gate meanwhile: a grant goes back unused. */
-        if (rc == GS_RPC_OK && token_id != 0) {
+        if (granted) {
             pthread_mutex_unlock(&g->mu);
             gs_rpc_release(g->rpc, token_id, 0, 0, false, GS_GATE_RELEASE_WAIT_MS);
             pthread_mutex_lock(&g->mu);
@@ -72,21 +94,37 @@ void gs_gate_head_start_confirm_locked(gs_gate *g)
         return;
     }
     g->head_start = false;
-    if (rc == GS_RPC_OK && token_id != 0) {
+    if (granted) {
+        uint64_t now = gs_gate_monotonic_ns();
+        if (g->head_start_at_handback && now - g->head_start_ns > GS_GATE_HEAD_START_MAX_NS) {
+            /* Another was granted first: its launches waited out the bound;
+             * the slice starts now, and handbacks are ignored for a while. */
+            g->grant_ns = now;
+            g->handback_quiet_until_ns = now + GS_GATE_HANDBACK_QUIET_NS;
+            atomic_fetch_add_explicit(&g->n_handback_lapses, 1, memory_order_relaxed);
+        }
+        g->head_start_at_handback = false;
         g->token_id = token_id;
         g->quantum_us = quantum_us ? quantum_us : 1000;
         g->revoke_pending = g->revoked_before_grant == token_id;
         g->revoked_before_grant = 0;
         atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
-        GS_DEBUG("token %llu granted to a head start %.0f us after it: %u us", (unsigned long long)token_id,
-                 (double)(gs_gate_monotonic_ns() - g->head_start_ns) / 1e3, quantum_us);
+        GS_DEBUG("token %llu granted to a provisional slice %.0f us after it: %u us", (unsigned long long)token_id,
+                 (double)(now - g->head_start_ns) / 1e3, quantum_us);
         pthread_cond_broadcast(&g->changed);
         return;
     }
     /* Not granted in time: close the gate; the next launch asks as usual
      * (and meets a lost daemon there). */
-    atomic_fetch_add_explicit(&g->n_head_start_refusals, 1, memory_order_relaxed);
-    GS_DEBUG("head start not granted (rc %d: %s); the gate closes", rc, gs_rpc_last_error());
+    if (g->head_start_at_handback) {
+        g->handback_quiet_until_ns = gs_gate_monotonic_ns() + GS_GATE_HANDBACK_QUIET_NS;
+        atomic_fetch_add_explicit(&g->n_handback_lapses, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&g->n_head_start_refusals, 1, memory_order_relaxed);
+    }
+    g->head_start_at_handback = false;
+    g->ask_direct = rc != GS_RPC_OK && rc != GS_GATE_GRPC_DEADLINE_EXCEEDED;
+    GS_DEBUG("provisional slice not granted (rc %d: %s); the gate closes", rc, gs_rpc_last_error());
     atomic_store_explicit(&g->open, 0, memory_order_release);
     g->state = GS_GATE_NO_TOKEN;
     pthread_cond_broadcast(&g->changed);

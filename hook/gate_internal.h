@@ -5,7 +5,11 @@
  *                     Revoke and connection loss, fork, stats
  *   gate_keeper.c     the keeper thread: quantum, renewal, idle end, slice end
  *   gate_lease.c      leases: kept across an idle gap, taken at start, returned
- *   gate_head_start.c a preemptor launching at its ring while the keeper asks
+ *   gate_head_start.c a preemptor launching at its ring while the keeper asks;
+ *                     the keeper's ask behind any provisional slice
+ *   gate_handback.c   a slice's end told to the next group, which starts
+ *                     before its grant
+ *   gate_burst_end.c  a bursty holder's idle end at its own synchronisation
  *   gate_pause.c      doorbell pauses and anticipation (preempt_doorbell.h)
  *   kernel_lengths.c  checkpoint events: GPU time per launch, per-function
  *                     estimates, checkpoint interval
@@ -27,6 +31,8 @@
 /* AcquireToken: tokend's own wait, and ours for its reply. */
 #define GS_GATE_ACQUIRE_TIMEOUT_MS 10000
 #define GS_GATE_ACQUIRE_WAIT_MS 12000
+/* gRPC's status when tokend's wait for a token ran out: ask again. */
+#define GS_GATE_GRPC_DEADLINE_EXCEEDED 4
 
 static inline uint64_t gs_gate_monotonic_ns(void)
 {
@@ -62,11 +68,18 @@ void gs_gate_ask_keeper(gs_gate *g, bool *request);
 
 /* token_gate.c */
 void gs_gate_open_slice_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us, bool wake_keeper);
+void gs_gate_granted_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us);
+void gs_gate_after_grant_locked(gs_gate *g);
 
 /* gate_head_start.c */
 bool gs_gate_head_start_locked(gs_gate *g);               /* after a ring: start before the grant */
 bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now);
-void gs_gate_head_start_confirm_locked(gs_gate *g);       /* keeper: the ask behind a head start */
+void gs_gate_keeper_ask_locked(gs_gate *g);               /* keeper: a provisional slice's or a waiter's ask */
+
+/* gate_handback.c */
+void gs_gate_hand_back(gs_gate *g, uint64_t free_at_ns);   /* holder, its slice ending (mu not held) */
+bool gs_gate_ask_via_keeper_locked(gs_gate *g);           /* a waiter: the keeper carries its ask */
+void gs_gate_handback_heard_locked(gs_gate *g, uint64_t now);   /* listener */
 
 /* gate_lease.c (keeper thread) */
 void gs_gate_return_lease_locked(gs_gate *g);

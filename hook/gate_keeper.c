@@ -125,6 +125,17 @@ static void end_slice_locked(gs_gate *g, bool idle)
             synchronise_contexts(ctxs, n);
     }
     uint64_t end_ns = drain ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
+    /* Tell the next group now, not through the release's round trip and
+     * its grant's (gate_handback.c): when this process's work is done, or
+     * at the handover point of short kernels (its bounded tail is what
+     * tokend's at-once handover lets a next holder meet anyway). Not with
+     * long kernels: their handover point leads their end by the round
+     * trip, and a next group started there would share the GPU with them
+     * (a 400 ms kernel was sliced for 5-9 ms). Not at a preemption: tokend
+     * granted the preemptor already; with at-release its grant waits for
+     * the tail. */
+    if (!lost && (idle || (!preempted && gs_doorbell_grants_at_once(&g->doorbell) && !gs_gate_work_item_us(g))))
+        gs_gate_hand_back(g, end_ns);
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */
     uint64_t used_us = end_ns > grant_ns ? (end_ns - grant_ns) / 1000ull : 0;
@@ -250,10 +261,9 @@ static void *keeper_main(void *arg)
             pthread_mutex_lock(&g->mu);
             continue;
         }
-        if (g->head_start_wanted) {
-            g->head_start_wanted = false;
-            if (g->head_start && g->state == GS_GATE_HOLDING)
-                gs_gate_head_start_confirm_locked(g);
+        if (g->keeper_ask_wanted) {
+            g->keeper_ask_wanted = false;
+            gs_gate_keeper_ask_locked(g);
             continue;
         }
         if (g->lease_wanted) {
@@ -291,9 +301,14 @@ static void *keeper_main(void *arg)
              * 12.5 ms kernels, each waited for, released between two of
              * them was charged 1 point over its GPU time. */
             bool renewal_check = renew_due && !wrap_due && now < deadline && gs_doorbell_contended(&g->doorbell);
-            if ((now >= g->next_idle_check_ns || renewal_check) &&
+            /* The application synchronised with nothing left (gate_burst_end.c). */
+            bool burst_end = g->burst_end_ns != 0;
+            g->burst_end_ns = 0;
+            if ((now >= g->next_idle_check_ns || renewal_check || burst_end) &&
                 !atomic_load_explicit(&g->activity, memory_order_relaxed) &&
                 !atomic_load_explicit(&g->gpu_waiters, memory_order_relaxed) && !gs_gate_gpu_work_outstanding(g)) {
+                if (burst_end)
+                    atomic_fetch_add_explicit(&g->n_burst_ends, 1, memory_order_relaxed);
                 end_slice_locked(g, true);
                 continue;
             }
@@ -351,5 +366,16 @@ void gs_gate_ask_keeper(gs_gate *g, bool *request)
 
 void gs_gate_lease_at_start(gs_gate *g) { gs_gate_ask_keeper(g, &g->lease_wanted); }
 
-void gs_gate_kick_service(gs_gate *g) { gs_gate_ask_keeper(g, &g->service_requested); }
+void gs_gate_kick_service(gs_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool keeper_waits_for_a_token = g->ask_via_keeper;
+    pthread_mutex_unlock(&g->mu);
+    /* The keeper may wait seconds for a grant (gate_handback.c): memory
+     * given back must not wait with it. */
+    if (keeper_waits_for_a_token && g->service)
+        g->service(g->service_ctx);
+    else
+        gs_gate_ask_keeper(g, &g->service_requested);
+}
 

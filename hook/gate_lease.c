@@ -17,6 +17,7 @@ void gs_gate_return_lease_locked(gs_gate *g)
     g->state = GS_GATE_RELEASING;
     pthread_mutex_unlock(&g->mu);
     if (!lost) {
+        gs_gate_hand_back(g, gs_gate_monotonic_ns());   /* nothing of ours runs */
         int rc = gs_rpc_release(g->rpc, token_id, 0, 0, false, GS_GATE_RELEASE_WAIT_MS);
         if (rc != GS_RPC_OK)
             GS_DEBUG("ReleaseToken(%llu) of a lease returned %d (%s)", (unsigned long long)token_id, rc,

@@ -100,15 +100,22 @@ void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why)
     pthread_cond_broadcast(&g->changed);
 }
 
-/* The listener thread heard a ring (preempt_doorbell.h) that stops this
- * slice: close the gate as a Revoke would, but keep the token. tokend's
- * Revoke (about 1 ms behind) ends the slice as usual. */
+/* The listener thread woke (preempt_doorbell.h). A new ring that stops
+ * this slice: close the gate as a Revoke would, but keep the token;
+ * tokend's Revoke (about 1 ms behind) ends the slice as usual. Each ring
+ * once: a handback wakes the listener too. A handback to this group: it
+ * may start before its grant (gate_handback.c). */
 static void on_doorbell(void *ctx)
 {
     gs_gate *g = ctx;
     pthread_mutex_lock(&g->mu);
-    if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, gs_gate_monotonic_ns()))
-        gs_gate_doorbell_pause_locked(g, "rang");
+    uint64_t now = gs_gate_monotonic_ns(), rang = gs_doorbell_last_ring_ns(&g->doorbell);
+    if (rang != g->ring_handled_ns) {
+        g->ring_handled_ns = rang;
+        if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, now))
+            gs_gate_doorbell_pause_locked(g, "rang");
+    }
+    gs_gate_handback_heard_locked(g, now);
     pthread_mutex_unlock(&g->mu);
 }
 

@@ -94,6 +94,16 @@
       (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
     X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1, CUDA, PLAIN, capture_end, CUresult, \
       (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
+    /* the application waits for its work: a bursty holder's burst may have ended (gate_burst_end.c) */ \
+    X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0, CUDA, PLAIN, ctx_synchronize, CUresult, (void), ()) \
+    X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0, CUDA, PLAIN, ctx_synchronize_v2, CUresult, \
+      (CUcontext ctx), (ctx)) \
+    X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0, CUDA, PLAIN, stream_synchronize, CUresult, \
+      (CUstream hStream), (hStream)) \
+    X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, 1, CUDA, PLAIN, stream_synchronize, CUresult, \
+      (CUstream hStream), (hStream)) \
+    X(cuEventSynchronize, cuEventSynchronize, 2000, 0, CUDA, PLAIN, event_synchronize, CUresult, \
+      (CUevent hEvent), (hEvent)) \
     /* device-side copies and fills: they compete with kernels for the SMs and memory bandwidth, \
      * so they are gated and their GPU time falls in the group's slices (host<->device copies \
      * run on the copy engines: not gated) */ \

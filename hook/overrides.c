@@ -24,6 +24,8 @@
 #include "token_gate.h"
 
 #define GS_UNPAREN(...) __VA_ARGS__
+/* ", args" or nothing (a row without parameters): GNU comma elision. */
+#define GS_AND_ARGS(...) , ##__VA_ARGS__
 
 /* Function pointer type of every row: gs_pfn_<name>. */
 #define GS_X_PFN(name, base, version, ptsz, lib, path, impl, ret, params, args) typedef ret(*gs_pfn_##name) params;
@@ -251,6 +253,28 @@ static inline CUresult impl_capture_begin_to_graph(void *const *real_slot, int p
 static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstream hStream, CUgraph *phGraph)
 {
     GS_CAPTURE_CORE(gs_pfn_cuStreamEndCapture, (hStream, phGraph), gs_capture_ended)
+}
+
+/* ---------------- synchronisations: a burst's end (gate_burst_end.c) ---------------- */
+
+static inline CUresult impl_ctx_synchronize(void *const *real_slot, int ptsz)
+{
+    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize, (), gs_gate_after_app_sync())
+}
+
+static inline CUresult impl_ctx_synchronize_v2(void *const *real_slot, int ptsz, CUcontext ctx)
+{
+    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize_v2, (ctx), gs_gate_after_app_sync())
+}
+
+static inline CUresult impl_stream_synchronize(void *const *real_slot, int ptsz, CUstream hStream)
+{
+    GS_AFTER_CORE(gs_pfn_cuStreamSynchronize, (hStream), gs_gate_after_app_sync())
+}
+
+static inline CUresult impl_event_synchronize(void *const *real_slot, int ptsz, CUevent hEvent)
+{
+    GS_AFTER_CORE(gs_pfn_cuEventSynchronize, (hEvent), gs_gate_after_app_sync())
 }
 
 /* ---------------- allocations: reserve first, then the real call ---------------- */
@@ -903,15 +927,15 @@ static inline CUresult impl_get_proc_address(void *const *real_slot, int ptsz, c
 #define GS_WRAP_PLAIN(name, ptsz, impl, ret, params, args)                            \
     GS_EXPORT ret name params                                                           \
     {                                                                                   \
-        return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz, GS_UNPAREN args);     \
+        return impl_##impl(&gs_real_exported[GS_ID_##name], ptsz GS_AND_ARGS args);  \
     }                                                                                   \
     static ret gs_proc_##name params                                                    \
     {                                                                                   \
-        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz, GS_UNPAREN args);         \
+        return impl_##impl(&gs_real_proc[GS_ID_##name], ptsz GS_AND_ARGS args);      \
     }                                                                                   \
     static ret gs_alt_##name params                                                     \
     {                                                                                   \
-        return impl_##impl(&gs_real_alt[GS_ID_##name], ptsz, GS_UNPAREN args);          \
+        return impl_##impl(&gs_real_alt[GS_ID_##name], ptsz GS_AND_ARGS args);       \
     }
 
 /* Fast path: real pointer loaded, gate open for this thread's slice ->

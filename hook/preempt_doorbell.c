@@ -61,7 +61,8 @@ static gs_doorbell_page *map_page(const char *socket_path)
         return NULL;
     }
     gs_doorbell_page *p = page;
-    if (p->magic != GS_DOORBELL_MAGIC || p->version != GS_DOORBELL_VERSION || p->slots > GS_DOORBELL_SLOTS) {
+    if (p->magic != GS_DOORBELL_MAGIC || p->version != GS_DOORBELL_VERSION ||
+        p->slots > GS_DOORBELL_SLOTS_BEFORE_HANDBACK) {
         GS_INFO("preemption doorbell %s has magic %#x version %u (this shim speaks %#x version %u); not used",
                 path, p->magic, p->version, GS_DOORBELL_MAGIC, GS_DOORBELL_VERSION);
         munmap(page, GS_DOORBELL_SIZE);
@@ -172,8 +173,14 @@ bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_
 {
     uint32_t ringer;
     gs_doorbell_page *p = fresh_ring_from_another_group(d, now_ns, within_ns, &ringer);
-    return p && (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed) >
-                    atomic_load_explicit(&d->priority, memory_order_relaxed);
+    if (!p || (int)atomic_load_explicit(&p->ring_priority, memory_order_relaxed) <=
+                  atomic_load_explicit(&d->priority, memory_order_relaxed))
+        return false;
+    /* The ringer was served since: it handed the token back after its ring
+     * (a burst shorter than the window), so nobody is on the way. */
+    return !(p->slots <= GS_DOORBELL_SLOTS && atomic_load_explicit(&p->handback_slot, memory_order_relaxed) == ringer &&
+             atomic_load_explicit(&p->handback_ns, memory_order_relaxed) >=
+                 atomic_load_explicit(&p->ring_ns, memory_order_relaxed));
 }
 
 bool gs_doorbell_grants_at_once(gs_doorbell *d)
@@ -212,4 +219,68 @@ bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, uint64_t *
     *start_ns = start;
     *end_ns = end;
     return true;
+}
+
+/* The page, when it carries the handback (its daemon keeps the last 64
+ * bytes out of the flags) and this process has a slot. */
+static gs_doorbell_page *handback_page(gs_doorbell *d, uint32_t *slot)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    *slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    if (!p || *slot == 0 || p->slots > GS_DOORBELL_SLOTS)
+        return NULL;
+    return p;
+}
+
+bool gs_doorbell_hand_back(gs_doorbell *d, uint64_t free_at_ns)
+{
+    uint32_t slot;
+    gs_doorbell_page *p = handback_page(d, &slot);
+    if (!p || atomic_load_explicit(&p->holder_slot, memory_order_acquire) != slot ||
+        atomic_load_explicit(&p->next_slot, memory_order_relaxed) == 0)
+        return false;
+    uint64_t now = monotonic_ns();
+    atomic_store_explicit(&p->handback_slot, slot, memory_order_relaxed);
+    atomic_store_explicit(&p->handback_free_ns, free_at_ns > now ? free_at_ns : now, memory_order_relaxed);
+    atomic_store_explicit(&p->handback_ns, now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->ring_seq, 1, memory_order_release);
+    futex_wake_all(&p->ring_seq);
+    atomic_fetch_add_explicit(&d->handbacks_sent, 1, memory_order_relaxed);
+    return true;
+}
+
+bool gs_doorbell_handed_to_this_group(gs_doorbell *d, uint64_t now_ns, uint64_t *seen_ns, uint64_t *free_at_ns)
+{
+    uint32_t slot;
+    gs_doorbell_page *p = handback_page(d, &slot);
+    if (!p)
+        return false;
+    uint64_t at = atomic_load_explicit(&p->handback_ns, memory_order_relaxed);
+    if (at == 0 || at <= *seen_ns || at > now_ns || now_ns - at > GS_DOORBELL_HANDBACK_FRESH_NS)
+        return false;
+    uint32_t from = atomic_load_explicit(&p->handback_slot, memory_order_relaxed);
+    uint32_t holder = atomic_load_explicit(&p->holder_slot, memory_order_acquire);
+    if (from == 0 || (holder != from && holder != slot) ||
+        atomic_load_explicit(&p->next_slot, memory_order_relaxed) != slot)
+        return false;
+    *seen_ns = at;
+    uint64_t free_at = atomic_load_explicit(&p->handback_free_ns, memory_order_relaxed);
+    /* A scribbled time: the handback's own, at most the freshness bound later. */
+    *free_at_ns = free_at < at ? at : free_at - at > GS_DOORBELL_HANDBACK_FRESH_NS ? at : free_at;
+    return true;
+}
+
+bool gs_doorbell_handback_may_come(gs_doorbell *d)
+{
+    uint32_t slot;
+    gs_doorbell_page *p = handback_page(d, &slot);
+    if (!p)
+        return false;
+    return atomic_load_explicit(&p->holder_slot, memory_order_acquire) != 0;
+}
+
+uint64_t gs_doorbell_last_ring_ns(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    return p ? atomic_load_explicit(&p->ring_ns, memory_order_relaxed) : 0;
 }

@@ -34,13 +34,22 @@
  *     long kernel that would still run at the window's start, pausing until
  *     the ring or the window's end (bounded, token_gate.h): on a GPU that
  *     runs one kernel at a time, the preemptor would otherwise wait for
- *     that kernel's rest, half a kernel on average.
+ *     that kernel's rest, half a kernel on average;
+ *   - tokend writes `next_slot`, the group it would grant if the holder
+ *     released now; a holder whose slice ends (idle, or at its handover
+ *     point) hands back: writes its slot and when its work ends, bumps
+ *     `ring_seq` and wakes the listeners, then sends its ReleaseToken. A
+ *     waiting process of the next group starts on a provisional slice at
+ *     once (gate_handback.c), not after that round trip and its grant's
+ *     (~0.5-1 ms of idle GPU at every handover).
  * Nothing here grants anything: the waiter still waits for tokend's grant,
  * and a pause is charged to the holder like any part of its slice. A ring
  * tokend does not follow with a Revoke costs the holder at most the pause
  * bound, after which it ignores rings for a while (token_gate.h): a tenant
  * that rings at will (it can write the page) slows others by a bounded
- * fraction and gains nothing. */
+ * fraction and gains nothing. A forged handback starts only the group
+ * tokend named next, for a bounded provisional slice, then that process
+ * ignores handbacks for a while. */
 #ifndef GSLICE_PREEMPT_DOORBELL_H
 #define GSLICE_PREEMPT_DOORBELL_H
 
@@ -54,9 +63,17 @@
 #define GS_DOORBELL_VERSION 1u
 #define GS_DOORBELL_SIZE 4096u
 #define GS_DOORBELL_FLAGS_OFFSET 64u
-#define GS_DOORBELL_SLOTS (GS_DOORBELL_SIZE - GS_DOORBELL_FLAGS_OFFSET)
+/* The page's last 64 bytes carry the handback (below). A daemon older than
+ * it uses them as flags for slots past 3968 (it says `slots` 4032): the
+ * page is still used, without handbacks. */
+#define GS_DOORBELL_HANDBACK_OFFSET 4032u
+#define GS_DOORBELL_SLOTS (GS_DOORBELL_HANDBACK_OFFSET - GS_DOORBELL_FLAGS_OFFSET)
+#define GS_DOORBELL_SLOTS_BEFORE_HANDBACK (GS_DOORBELL_SIZE - GS_DOORBELL_FLAGS_OFFSET)
 /* A ring older than this when its listener gets to it is ignored. */
 #define GS_DOORBELL_RING_FRESH_NS 5000000ull
+/* A handback older than this when its listener gets to it is ignored (the
+ * ReleaseToken behind it has reached tokend by then). */
+#define GS_DOORBELL_HANDBACK_FRESH_NS 2000000ull
 
 typedef struct gs_doorbell_page {
     uint32_t magic;                 /* 0  GS_DOORBELL_MAGIC */
@@ -78,6 +95,12 @@ typedef struct gs_doorbell_page {
     _Atomic uint64_t expected_start_ns; /* 48 tokend: a preemptor of the holder is expected to ask */
     _Atomic uint64_t expected_end_ns;   /* 56    in [start, end] (CLOCK_MONOTONIC; 0: none expected) */
     _Atomic uint8_t may_preempt[GS_DOORBELL_SLOTS]; /* 64 tokend: per group slot */
+    _Atomic uint32_t next_slot;     /* 4032 tokend: the group slot + 1 it grants if the holder releases now
+                                     *      (0: none, or not known) */
+    _Atomic uint32_t handback_slot; /* 4036 the last holder to hand back: its group slot + 1 */
+    _Atomic uint64_t handback_ns;   /* 4040 when it handed back (CLOCK_MONOTONIC) */
+    _Atomic uint64_t handback_free_ns; /* 4048 when its queued work ends (>= handback_ns) */
+    uint8_t reserved[40];           /* 4056 zeros */
 } gs_doorbell_page;
 
 _Static_assert(sizeof(gs_doorbell_page) == GS_DOORBELL_SIZE, "doorbell page layout");
@@ -90,6 +113,7 @@ typedef struct gs_doorbell {
     void *ctx;
     pid_t listener_pid;                 /* the process that started the listener (fork) */
     _Atomic uint64_t rings_sent;
+    _Atomic uint64_t handbacks_sent;
 } gs_doorbell;
 
 /* Map the doorbell beside socket_path (once per process; later calls only
@@ -110,6 +134,23 @@ bool gs_doorbell_ring_applies(gs_doorbell *d, uint64_t now_ns);
  * then takes this token back at once; tokend's flags cannot say, as they
  * are cleared once that request arrives.) */
 bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_t within_ns);
+/* Handback (gate_handback.c): the holder, its slice ending (idle, or at
+ * its handover point), tells tokend's `next_slot` group at once, before its
+ * ReleaseToken's round trip: writes its slot, the time and when its queued
+ * work ends, bumps `ring_seq` and wakes the listeners. Returns whether it
+ * did (a page that carries the handback, this group the holder, a next). */
+bool gs_doorbell_hand_back(gs_doorbell *d, uint64_t free_at_ns);
+/* On the listener thread: is there a fresh handback, newer than *seen_ns,
+ * from the holder tokend still names (or to this group, granted
+ * meanwhile), to this process's group as tokend's next? Then *seen_ns is
+ * moved past it and *free_at_ns says when the GPU is free of its work. */
+bool gs_doorbell_handed_to_this_group(gs_doorbell *d, uint64_t now_ns, uint64_t *seen_ns, uint64_t *free_at_ns);
+/* Does the page carry the handback, and does someone hold the token (so an
+ * ask now waits, and may be answered by a handback first)? */
+bool gs_doorbell_handback_may_come(gs_doorbell *d);
+/* The last ring's time (CLOCK_MONOTONIC): the listener handles each ring
+ * once (a handback bumps the same futex word). */
+uint64_t gs_doorbell_last_ring_ns(gs_doorbell *d);
 /* Does tokend grant a preemptor's ask on arrival (at-once handover)? */
 bool gs_doorbell_grants_at_once(gs_doorbell *d);
 /* Does anyone else want the GPU now (tokend's `contended`)? true without a

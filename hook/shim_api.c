@@ -50,6 +50,10 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->head_starts = g.head_starts;
     out->head_start_refusals = g.head_start_refusals;
     out->paced_launches = g.paced_launches;
+    out->handbacks_sent = g.handbacks_sent;
+    out->handback_starts = g.handback_starts;
+    out->handback_lapses = g.handback_lapses;
+    out->burst_ends = g.burst_ends;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

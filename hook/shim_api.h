@@ -23,6 +23,10 @@ typedef struct gslice_shim_stats {
     uint64_t head_starts;        /* bursts started at their preemption ring, before the grant */
     uint64_t head_start_refusals;
     uint64_t paced_launches;       /* launches held back until its queued work neared its end */
+    uint64_t handbacks_sent;       /* slice ends this process told the next group of, before its release */
+    uint64_t handback_starts;      /* slices started at another's handback, before the grant */
+    uint64_t handback_lapses;      /* ... not granted within the provisional bound */
+    uint64_t burst_ends;           /* idle releases found at the application's own synchronisation */
 } gslice_shim_stats;
 
 const char *gslice_version(void);

@@ -25,9 +25,6 @@ __thread gs_tls_slice_t gs_tls_slice __attribute__((tls_model("initial-exec"))) 
 
 static _Atomic uint32_t generation_source = GS_GATE_PASSTHROUGH_GENERATION + 1;
 
-/* AcquireToken: the daemon's wait, and ours a little longer. */
-enum { GRPC_DEADLINE_EXCEEDED = 4 };
-
 uint32_t gs_gate_next_generation(void)
 {
     uint32_t gen;
@@ -141,6 +138,33 @@ static void handle_daemon_loss_locked(gs_gate *g, int rc)
     pthread_cond_broadcast(&g->changed);
 }
 
+/* A slice starts on the token tokend granted (mu held, ACQUIRING). */
+void gs_gate_granted_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us)
+{
+    if (g->loss_logged) {
+        GS_WARN("tokend at %s is back after %.1f s; launches are metered again", g->label,
+                (double)(gs_gate_monotonic_ns() - g->loss_since_ns) / 1e9);
+        g->loss_logged = false;
+    }
+    gs_gate_open_slice_locked(g, token_id, quantum_us, true);
+    atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
+    GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
+    gs_gate_after_grant_locked(g);
+}
+
+/* A slice just started: a higher class that rang while the grant was on
+ * its way is granted as soon as its request reaches tokend, so queue no
+ * kernel in front of it now; and no long first kernel into an expected
+ * preemptor's window. */
+void gs_gate_after_grant_locked(gs_gate *g)
+{
+    uint64_t now = gs_gate_monotonic_ns(), kernel_ns = gs_gate_long_kernel_ns(g);
+    if (gs_doorbell_outranking_ring_within(&g->doorbell, now, GS_GATE_DOORBELL_PAUSE_NS))
+        gs_gate_doorbell_pause_locked(g, "rang just before this grant");
+    else if (kernel_ns)
+        gs_gate_anticipation_pause_locked(g, now, now + kernel_ns);   /* its first kernel */
+}
+
 /* This thread becomes the one that asks tokend; mu held on entry and exit. */
 static void acquire_locked(gs_gate *g)
 {
@@ -164,6 +188,10 @@ static void acquire_locked(gs_gate *g)
      * the keeper carries the ask (gate_head_start.c). */
     if (rang && gs_gate_head_start_locked(g))
         return;
+    /* Another holds the token: the keeper asks, so that the holder's
+     * handback can start this process before the grant (gate_handback.c). */
+    if (!rang && g->state == GS_GATE_ACQUIRING && gs_gate_ask_via_keeper_locked(g))
+        return;
     pthread_mutex_unlock(&g->mu);
     GS_DEBUG("asking for a token%s", rang ? " (rang the preemption doorbell)" : "");
     int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, gs_gate_work_item_us(g),
@@ -174,22 +202,7 @@ static void acquire_locked(gs_gate *g)
         return;
     }
     if (rc == GS_RPC_OK) {
-        if (g->loss_logged) {
-            GS_WARN("tokend at %s is back after %.1f s; launches are metered again", g->label,
-                    (double)(gs_gate_monotonic_ns() - g->loss_since_ns) / 1e9);
-            g->loss_logged = false;
-        }
-        gs_gate_open_slice_locked(g, token_id, quantum_us, true);
-        atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
-        GS_DEBUG("token %llu granted: %u us", (unsigned long long)token_id, quantum_us);
-        /* A higher class rang while this grant was on its way: tokend hands
-         * the token over as soon as that request reaches it, so do not queue
-         * a kernel in front of it now. */
-        uint64_t now = gs_gate_monotonic_ns(), kernel_ns = gs_gate_long_kernel_ns(g);
-        if (gs_doorbell_outranking_ring_within(&g->doorbell, now, GS_GATE_DOORBELL_PAUSE_NS))
-            gs_gate_doorbell_pause_locked(g, "rang just before this grant");
-        else if (kernel_ns)
-            gs_gate_anticipation_pause_locked(g, now, now + kernel_ns);   /* its first kernel */
+        gs_gate_granted_locked(g, token_id, quantum_us);
         return;
     }
     if (rc == GS_RPC_UNAVAILABLE && !g->loss_logged) {
@@ -206,7 +219,7 @@ static void acquire_locked(gs_gate *g)
         if (g->state != GS_GATE_ACQUIRING)
             return;
     }
-    if (rc == GRPC_DEADLINE_EXCEEDED) {
+    if (rc == GS_GATE_GRPC_DEADLINE_EXCEEDED) {
         /* The GPU is busy with others: just ask again. */
         g->state = GS_GATE_NO_TOKEN;
         pthread_cond_broadcast(&g->changed);
@@ -234,6 +247,17 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
                 continue;
             }
             gs_gate_doorbell_resume_locked(g, "no Revoke followed");
+        }
+        if (g->state == GS_GATE_HOLDING && g->head_start && !g->revoke_pending) {
+            /* A slice started at a handback begins when the last holder's
+             * work ends (gate_handback.c): until then both would share the GPU. */
+            uint64_t now = gs_gate_monotonic_ns();
+            if (now < g->grant_ns) {
+                atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+                gs_gate_wait_until_ns(&g->changed, &g->mu, g->grant_ns);
+                atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
+                continue;
+            }
         }
         if ((g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up &&
              !gs_gate_head_start_overdue_locked(g, gs_gate_monotonic_ns())) ||
@@ -336,7 +360,11 @@ void gs_gate_fork_child(gs_gate *g)
     g->service_requested = false;
     g->lease_wanted = false;
     g->head_start = false;
-    g->head_start_wanted = false;
+    g->head_start_at_handback = false;
+    g->keeper_ask_wanted = false;
+    g->ask_via_keeper = false;
+    g->ask_direct = false;
+    g->burst_end_ns = 0;
     g->revoke_pending = false;
     g->wrap_up = false;
     g->doorbell_pause_until_ns = 0;
@@ -386,6 +414,10 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->head_starts = atomic_load(&g->n_head_starts);
     out->head_start_refusals = atomic_load(&g->n_head_start_refusals);
     out->paced_launches = atomic_load(&g->n_paced_launches);
+    out->handbacks_sent = atomic_load(&g->doorbell.handbacks_sent);
+    out->handback_starts = atomic_load(&g->n_handback_starts);
+    out->handback_lapses = atomic_load(&g->n_handback_lapses);
+    out->burst_ends = atomic_load(&g->n_burst_ends);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);
     out->state = g->state;

@@ -97,6 +97,10 @@ struct gs_rpc;
  * the grant. Its provisional slice's quantum until the grant says more. */
 #define GS_GATE_HEAD_START_MAX_NS 2000000ull
 #define GS_GATE_HEAD_START_QUANTUM_US 100000u
+/* Handback (gate_handback.c): a started slice that tokend did not grant
+ * within the bound above makes the process ignore handbacks this long (a
+ * tenant scribbling handbacks gains one bounded start per period). */
+#define GS_GATE_HANDBACK_QUIET_NS 100000000ull
 /* ... and rings are ignored this long from a pause's start unless its
  * Revoke comes, so a tenant ringing at will costs a holder at most 3% of
  * its time. */
@@ -174,6 +178,10 @@ typedef struct gs_gate_stats {
     uint64_t anticipation_lapses;  /* ... that did not ring before the window's end */
     uint64_t head_starts;          /* bursts started at their ring, before the grant */
     uint64_t head_start_refusals;  /* ... whose ask then failed (the gate closed) */
+    uint64_t handbacks_sent;       /* slice ends this process told the next group of (gate_handback.c) */
+    uint64_t handback_starts;      /* slices started at another holder's handback, before the grant */
+    uint64_t handback_lapses;      /* ... whose grant did not come within the provisional bound */
+    uint64_t burst_ends;           /* idle releases found at the application's own synchronisation */
     uint64_t paced_launches;       /* launches held back until its queued work neared its end */
     int32_t interval;
     int state;
@@ -212,9 +220,18 @@ typedef struct gs_gate {
     bool keeper_running;
     bool service_requested;
     bool lease_wanted;             /* attached: ask tokend for a free token as a lease (keeper) */
-    bool head_start;               /* a provisional slice (token 0) runs before its grant */
-    bool head_start_wanted;        /* ... the keeper is to ask for it */
+    bool head_start;               /* a provisional slice (token 0) runs before its grant: at this
+                                    * process's ring (gate_head_start.c) or a handback (gate_handback.c) */
+    bool head_start_at_handback;   /* ... opened at another holder's handback, not at a ring */
+    bool keeper_ask_wanted;        /* the keeper is to carry this process's AcquireToken */
+    bool ask_via_keeper;           /* ... it does (state ACQUIRING): a handback may start a slice meanwhile */
+    bool ask_direct;               /* the keeper's last ask failed: the next one from the launching thread,
+                                    * which handles a lost daemon */
     uint64_t head_start_ns;        /* when it started */
+    uint64_t handback_seen_ns;     /* the newest handback acted on (each once) */
+    uint64_t handback_quiet_until_ns; /* handbacks ignored until then (one was not followed by a grant) */
+    uint64_t ring_handled_ns;      /* the newest ring acted on (a handback wakes the listener too) */
+    uint64_t burst_end_ns;         /* the application synchronised with nothing left: check idle now */
     pthread_t keeper;
     CUcontext contexts[GS_GATE_MAX_CONTEXTS];
     int n_contexts;
@@ -249,7 +266,7 @@ typedef struct gs_gate {
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_leases_at_start, n_wrap_ups,
         n_doorbell_pauses, n_doorbell_unanswered, n_anticipation_pauses, n_anticipation_lapses, n_head_starts,
-        n_head_start_refusals, n_paced_launches;
+        n_head_start_refusals, n_paced_launches, n_handback_starts, n_handback_lapses, n_burst_ends;
 } gs_gate;
 
 /* The gate the inline fast path reads: the only device's gate, or a gate
@@ -320,6 +337,9 @@ void gs_gate_on_connection_lost(gs_gate *g);
 /* Attached (again): map this GPU's preemption doorbell and take the group's
  * slot (AttachReply.doorbell_slot; 0: none); priority: the group's class. */
 void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority);
+/* After the application's own synchronisation returned (gate_burst_end.c):
+ * a bursty holder with nothing left on the GPU is checked for idleness now. */
+void gs_gate_after_app_sync(void);
 /* Ask the keeper to run the service hook soon (starts it if needed). */
 void gs_gate_kick_service(gs_gate *g);
 /* Attached: have the keeper ask tokend for the token as a lease if it is

@@ -209,7 +209,8 @@ class Coordinator:
         preemptors = self.scheduler.preemptors(now)
         self.doorbell.publish(holder_group, preemptors, others_waiting=self.scheduler.others_waiting(),
                               expected=self.scheduler.expected_preemption(now, preemptors),
-                              holder_outranks=self.scheduler.holder_outranks_waiters(now))
+                              holder_outranks=self.scheduler.holder_outranks_waiters(now),
+                              next_group=self.scheduler.next_on_release(now))
 
     def _rang(self, client_id: str) -> bool:
         """Its request rang the doorbell: the holder stopped already (the

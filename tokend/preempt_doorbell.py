@@ -26,7 +26,13 @@ MAGIC = 0x42445347  # "GSDB" little-endian
 VERSION = 1
 SIZE = 4096
 FLAGS_OFFSET = 64
-SLOTS = SIZE - FLAGS_OFFSET
+# The last 64 bytes carry the handback (hook/gate_handback.c): tokend writes
+# the group it grants when the holder releases (`next_slot`); a holder whose
+# slice ends writes its slot and times there. The header's `slots` says how
+# many flags are in use, so a shim reads no flag there.
+HANDBACK_OFFSET = 4032
+SLOTS = HANDBACK_OFFSET - FLAGS_OFFSET
+_NEXT_SLOT_OFFSET = HANDBACK_OFFSET
 _HEADER = struct.Struct("<III")         # magic, version, slots
 _U32 = struct.Struct("<I")
 # 1: every group waiting is of a lower class than the holder's (tokend renews
@@ -72,6 +78,7 @@ class PreemptDoorbell:
         self._contended = False
         self._outranks = False
         self._expected = (0, 0)
+        self._next_slot = 0
 
     def _clear(self) -> None:
         """Holder, contended, holder-outranks, grants-at-once, the expected
@@ -81,7 +88,7 @@ class PreemptDoorbell:
         self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = bytes(4)
         self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
         self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + _WINDOW.size] = bytes(_WINDOW.size)
-        self._map[FLAGS_OFFSET:SIZE] = bytes(SLOTS)
+        self._map[FLAGS_OFFSET:SIZE] = bytes(SIZE - FLAGS_OFFSET)  # flags, next slot and the last handback
 
     def slot(self, group: str) -> int:
         """The group's slot + 1 (stable while the group exists); 0 when the
@@ -106,12 +113,15 @@ class PreemptDoorbell:
             self._free.append(index)
 
     def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False,
-                expected: tuple[float, float] | None = None, holder_outranks: bool = False) -> None:
+                expected: tuple[float, float] | None = None, holder_outranks: bool = False,
+                next_group: str | None = None) -> None:
         """The holder's group, the groups that would preempt it now, whether
         another group waits (with a preemptor: `contended`), the window
-        (time.monotonic seconds) in which a preemptor is expected to ask, and
+        (time.monotonic seconds) in which a preemptor is expected to ask,
         whether the holder outranks every waiting group (written only with
-        no preemptor flagged or expected)."""
+        no preemptor flagged or expected), and the group granted if the
+        holder released now (its waiting process may start at the holder's
+        handback)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder, so a shim usually sees the flags that
@@ -135,6 +145,10 @@ class PreemptDoorbell:
         if outranks != self._outranks:
             self._map[_HOLDER_OUTRANKS_OFFSET:_HOLDER_OUTRANKS_OFFSET + 4] = _U32.pack(int(outranks))
             self._outranks = outranks
+        next_slot = self.slot(next_group) if next_group is not None and holder else 0
+        if next_slot != self._next_slot:
+            self._map[_NEXT_SLOT_OFFSET:_NEXT_SLOT_OFFSET + 4] = _U32.pack(next_slot)
+            self._next_slot = next_slot
         if window != self._expected:
             # Two plain stores: a shim reading between them pairs the new end
             # with the old start (a hint either way, its pause is bounded).
@@ -154,6 +168,14 @@ class PreemptDoorbell:
     def read_grants_at_once(self) -> bool:
         """What the page tells the shims about head starts (tests)."""
         return _U32.unpack_from(self._map, _GRANTS_AT_ONCE_OFFSET)[0] == 1
+
+    def read_next_slot(self) -> int:
+        """The group slot + 1 published as next on release (tests)."""
+        return _U32.unpack_from(self._map, _NEXT_SLOT_OFFSET)[0]
+
+    def read_handback(self) -> tuple[int, int, int]:
+        """(slot + 1, handback_ns, free_ns) of the last handback (tests)."""
+        return struct.unpack_from("<IQQ", self._map, _NEXT_SLOT_OFFSET + 4)
 
     def read_expected(self) -> tuple[int, int]:
         """(start_ns, end_ns) of the expected preemption as published (tests)."""

@@ -1540,6 +1540,18 @@ class Scheduler:
         best = self._candidate(now)
         return best is None or self._outranks(group, self._holder_key_tier(now, holding), best[0], best[2][0])
 
+    def next_on_release(self, now: float) -> str | None:
+        """The group whose first waiter is granted if the holder released
+        now (None: nobody holds, or nobody would be granted). Published on
+        the doorbell page: at the holder's handback that waiter starts
+        before its grant (hook/gate_handback.c), a hint like the flags: a
+        later event may pick another, whose provisional slice then waits
+        out its bound."""
+        if self._holding is None:
+            return None
+        best = self._candidate(self._clock(now))
+        return None if best is None else best[0].name
+
     def others_waiting(self) -> bool:
         """Does a client of a group other than the holder's wait (any waiter
         when the token is free)?"""

@@ -271,7 +271,8 @@ SHIM_STATS_FIELDS = ("tokens_acquired", "tokens_released", "idle_releases", "rev
                      "doorbell_unanswered", "doorbell_rings", "anticipation_pauses", "anticipation_lapses",
                      "lease_resumes", "leases_at_start", "memory_held", "memory_pending_release",
                      "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released",
-                     "head_starts", "head_start_refusals", "paced_launches")
+                     "head_starts", "head_start_refusals", "paced_launches", "handbacks_sent",
+                     "handback_starts", "handback_lapses", "burst_ends")
 
 
 class _ShimStats(ctypes.Structure):

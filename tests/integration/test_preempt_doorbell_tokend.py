@@ -116,7 +116,7 @@ def test_a_restart_keeps_the_files_inode_and_clears_what_it_said(tokend_factory)
     assert _doorbell_path(tokend).stat().st_ino == inode
     page = _page(tokend)
     assert _holder_slot(page) == 0
-    assert page[preempt_doorbell.FLAGS_OFFSET:] == bytes(preempt_doorbell.SLOTS)
+    assert page[preempt_doorbell.FLAGS_OFFSET:] == bytes(preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET)
     # The groups came back from the state directory; their clients attach anew.
     assert tokend.shim_client("low", low.secret).attach_reply.doorbell_slot > 0
 

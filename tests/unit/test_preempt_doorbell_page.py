@@ -73,11 +73,13 @@ def test_python_constants_mirror_the_c_header():
     assert _c_int(DEFINES["GS_DOORBELL_VERSION"]) == preempt_doorbell.VERSION
     assert _c_int(DEFINES["GS_DOORBELL_SIZE"]) == preempt_doorbell.SIZE
     assert _c_int(DEFINES["GS_DOORBELL_FLAGS_OFFSET"]) == preempt_doorbell.FLAGS_OFFSET
-    assert preempt_doorbell.SLOTS == preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET
+    assert _c_int(DEFINES["GS_DOORBELL_HANDBACK_OFFSET"]) == preempt_doorbell.HANDBACK_OFFSET
+    assert preempt_doorbell.SLOTS == preempt_doorbell.HANDBACK_OFFSET - preempt_doorbell.FLAGS_OFFSET
     assert OFFSETS == {"magic": 0, "version": 4, "slots": 8, "holder_outranks": 12, "ring_seq": 16, "ring_slot": 20,
                        "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "grants_at_once": 44,
                        "expected_start_ns": 48, "expected_end_ns": 56,
-                       "may_preempt": preempt_doorbell.FLAGS_OFFSET}
+                       "may_preempt": preempt_doorbell.FLAGS_OFFSET, "next_slot": preempt_doorbell.HANDBACK_OFFSET,
+                       "handback_slot": 4036, "handback_ns": 4040, "handback_free_ns": 4048, "reserved": 4056}
     assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
     assert preempt_doorbell._GRANTS_AT_ONCE_OFFSET == OFFSETS["grants_at_once"]
     assert preempt_doorbell._HOLDER_OUTRANKS_OFFSET == OFFSETS["holder_outranks"]
@@ -277,7 +279,7 @@ def test_reopening_keeps_the_inode_and_ring_count_and_clears_the_rest(tmp_path):
         page = _page(path)
         assert _u32(page, "magic") == preempt_doorbell.MAGIC
         assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
-        assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
+        assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET)
         assert _window(page) == (0, 0)
         assert _u32(page, "ring_seq") == 9
         assert second.read_ring() == (9, 2, 42)  # "high" had slot 2
@@ -297,6 +299,16 @@ def test_close_clears_flags_and_holder_and_leaves_the_file(tmp_path):
     page = _page(path)
     assert _u32(page, "magic") == preempt_doorbell.MAGIC
     assert _u32(page, "holder_slot") == 0 and _u32(page, "contended") == 0
-    assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SLOTS)
+    assert page[OFFSETS["may_preempt"]:] == bytes(preempt_doorbell.SIZE - preempt_doorbell.FLAGS_OFFSET)
     assert _window(page) == (0, 0)
     assert _u32(page, "ring_seq") == 2
+
+
+def test_publish_writes_the_next_group_only_while_someone_holds(doorbell):
+    page_path = doorbell.path
+    doorbell.publish("a", frozenset(), others_waiting=True, next_group="b")
+    assert _u32(_page(page_path), "next_slot") == doorbell.slot("b") == doorbell.read_next_slot()
+    doorbell.publish("a", frozenset(), others_waiting=False, next_group=None)
+    assert _u32(_page(page_path), "next_slot") == 0
+    doorbell.publish(None, frozenset(), next_group="b")  # no holder: a waiter is granted at once
+    assert _u32(_page(page_path), "next_slot") == 0

@@ -239,3 +239,32 @@ def test_a_low_holder_does_not_outrank_a_waiting_higher_class():
     s = low_holder_and_idle_high()
     s.request("h1", 0.01)
     assert s.holder_outranks_waiters(0.01) is False
+
+
+def test_next_on_release_names_the_group_the_release_grants():
+    # Published on the doorbell page: at the holder's handback that group's
+    # waiter starts before its grant (hook/gate_handback.c).
+    s = scheduler(("hi", 0.3, 1.0, HIGH, ["h1"]), ("mid", 0.3, 1.0, NORMAL, ["m1"]),
+                  ("lo", 0.3, 1.0, LOW, ["l1"]))
+    assert s.next_on_release(0.0) is None  # nobody holds
+    [grant] = s.request("h1", 0.0)
+    assert s.next_on_release(0.001) is None  # nobody waits
+    s.request("l1", 0.001)
+    assert s.next_on_release(0.002) == "lo"
+    s.request("m1", 0.002)
+    assert s.next_on_release(0.003) == "mid"  # a higher class goes first
+    decisions = s.release("h1", grant.token_id, 0.003, 0.003, idle=True)
+    assert [d.client_id for d in decisions if isinstance(d, Grant)] == ["m1"]
+    assert s.next_on_release(0.004) == "lo"
+
+
+def test_next_on_release_is_none_when_the_release_grants_nobody():
+    # A capped-out waiter is not served at the release: no group starts
+    # at the handback.
+    s = scheduler(("a", 0.3, 1.0, NORMAL, ["a1"]), ("capped", 0.2, 0.2, NORMAL, ["c1"]))
+    [grant] = s.request("c1", 0.0)
+    s.release("c1", grant.token_id, 2.5, 2.5)  # 2.5 s of a 10 s window: over its 20% cap
+    [grant] = s.request("a1", 2.5)
+    s.request("c1", 2.5)
+    assert s.next_on_release(2.6) is None
+    assert not [d for d in s.release("a1", grant.token_id, 0.1, 2.6) if isinstance(d, Grant)]

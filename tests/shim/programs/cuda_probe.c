@@ -137,6 +137,10 @@ static void print_shim_stats(void)
     printf("shim_head_starts=%llu\nshim_head_start_refusals=%llu\n", (unsigned long long)st.head_starts,
            (unsigned long long)st.head_start_refusals);
     printf("shim_paced_launches=%llu\n", (unsigned long long)st.paced_launches);
+    printf("shim_handbacks_sent=%llu\nshim_handback_starts=%llu\nshim_handback_lapses=%llu\n",
+           (unsigned long long)st.handbacks_sent, (unsigned long long)st.handback_starts,
+           (unsigned long long)st.handback_lapses);
+    printf("shim_burst_ends=%llu\n", (unsigned long long)st.burst_ends);
 }
 
 static int run_launch(int n, uint64_t ns)

@@ -152,6 +152,18 @@ int main(void)
             CUgraph none;
             rc = CALL(CUresult(*)(CUstream, CUgraph *), s, &none);   /* no capture active */
             expect = CUDA_ERROR_ILLEGAL_STATE;
+        } else if (IS("cuCtxSynchronize"))
+            rc = CALL(CUresult(*)(void));
+        else if (IS("cuCtxSynchronize_v2"))
+            rc = CALL(CUresult(*)(CUcontext), primary);
+        else if (IS("cuStreamSynchronize") || IS("cuStreamSynchronize_ptsz"))
+            rc = CALL(CUresult(*)(CUstream), s);
+        else if (IS("cuEventSynchronize")) {
+            CUevent ev;
+            cuEventCreate(&ev, 0);
+            cuEventRecord(ev, s);
+            rc = CALL(CUresult(*)(CUevent), ev);
+            cuEventDestroy(ev);
         } else if (IS("cuMemcpy") || IS("cuMemcpy_ptds") || IS("cuMemcpyDtoD_v2") || IS("cuMemcpyDtoD_v2_ptds"))
             rc = CALL(CUresult(*)(CUdeviceptr, CUdeviceptr, size_t), b, a, 4096);
         else if (IS("cuMemcpyAsync") || IS("cuMemcpyAsync_ptsz") || IS("cuMemcpyDtoDAsync_v2") ||

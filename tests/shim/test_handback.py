@@ -1,0 +1,92 @@
+"""The GPU handed back at a burst's end, with the real shim and tokend on the
+simulated GPU, read from the simulator's kernel trace: a high-priority
+process bursting (8 x 0.5 ms, synchronise, think 20 ms) beside a
+low-priority one that never stops launching 0.25 ms kernels.
+
+- Handback (hook/gate_handback.c): the burst's process tells the next
+  group on the doorbell page when its slice ends, and the neighbour starts
+  before tokend's grant reaches it (without it: the release's round trip,
+  then the grant's).
+- Burst end (hook/gate_burst_end.c): the burst's process ends its slice
+  when its own synchronisation finds nothing left on the GPU, not at the
+  keeper's next idle check.
+
+Each is compared with the same run with it turned off (GSLICE_HANDBACK=0,
+GSLICE_BURST_END=0): what the GPU idles between a burst's last kernel and
+the neighbour's next one, median over the bursts."""
+from __future__ import annotations
+
+import statistics
+import time
+
+from shim_harness import group_env, parse_kv, wait_for_line
+
+MS = 1_000_000  # ns
+
+
+def _gaps_after_bursts(burst_runs, neighbour_runs) -> list[int]:
+    """Per burst (kernels more than 5 ms apart start a new one): its last
+    kernel's end to the neighbour's next kernel's start, ns."""
+    ends, last_end = [], None
+    for run in sorted(burst_runs, key=lambda r: r.start_ns):
+        if last_end is not None and run.start_ns - last_end > 5 * MS:
+            ends.append(last_end)
+        last_end = run.end_ns if last_end is None else max(last_end, run.end_ns)
+    starts = sorted(r.start_ns for r in neighbour_runs)
+    gaps = []
+    for end in ends:
+        later = [s for s in starts if s >= end]
+        if later:
+            gaps.append(later[0] - end)
+    return gaps
+
+
+def _bursts_beside_a_neighbour(runner, tokend, trace_dir, **setting) -> tuple[dict, dict, float]:
+    """One run: both processes' counters and the median gap (us) after a burst."""
+    from gslice.simgpu import kernel_trace
+
+    admin = tokend.admin()
+    groups = {}
+    for kind in ("low", "high"):
+        name = f"{kind}-{trace_dir.name}"
+        groups[kind] = (name, admin.create_group(name, request=0.2, limit=1.0, memory="1GiB", priority=kind).secret)
+    trace_dir.mkdir()
+
+    def env(kind):
+        return {**group_env(tokend, *groups[kind]), **setting, kernel_trace.ENV_KERNEL_TRACE: str(trace_dir)}
+
+    neighbour = runner.start("loop", "driver", 3, MS // 4, 0, **env("low"))
+    wait_for_line(neighbour, "ready=1")
+    time.sleep(0.3)
+    bursting = runner.start("bursts", "driver", 1.5, MS // 2, 8, 20, **env("high"))
+    burst_text, err = bursting.communicate(timeout=60)
+    assert bursting.returncode == 0, err
+    burst_out = parse_kv(burst_text)
+    out_text, err_text = neighbour.communicate(timeout=30)
+    assert neighbour.returncode == 0, err_text
+    assert int(burst_out["bursts"]) >= 20, burst_out
+    gaps = _gaps_after_bursts(kernel_trace.read(trace_dir, bursting.pid), kernel_trace.read(trace_dir, neighbour.pid))
+    assert len(gaps) >= 15, gaps
+    return burst_out, parse_kv(out_text), statistics.median(gaps) / 1e3
+
+
+def test_the_neighbour_starts_at_the_bursts_handback_not_at_its_grant(runner, tokend, tmp_path):
+    burst, neighbour, gap_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
+    burst_off, neighbour_off, gap_off_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off",
+                                                                      GSLICE_HANDBACK=0)
+    print(f"GPU idle after a burst, median: {gap_us:.0f} us with the handback, {gap_off_us:.0f} us without")
+    bursts = int(burst["bursts"])
+    assert int(burst["shim_handbacks_sent"]) >= bursts // 2, burst
+    assert int(neighbour["shim_handback_starts"]) >= bursts // 2, neighbour
+    assert int(neighbour["shim_handback_lapses"]) <= bursts // 10, neighbour
+    assert int(burst_off["shim_handbacks_sent"]) == 0 and int(neighbour_off["shim_handback_starts"]) == 0
+    assert gap_us < gap_off_us
+
+
+def test_a_bursts_slice_ends_at_its_own_synchronisation(runner, tokend, tmp_path):
+    burst, _, gap_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
+    burst_off, _, gap_off_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off", GSLICE_BURST_END=0)
+    print(f"GPU idle after a burst, median: {gap_us:.0f} us ending at the sync, {gap_off_us:.0f} us at idle checks")
+    assert int(burst["shim_burst_ends"]) >= int(burst["bursts"]) // 2, burst
+    assert int(burst_off["shim_burst_ends"]) == 0, burst_off
+    assert gap_us < gap_off_us
