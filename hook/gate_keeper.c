@@ -100,6 +100,12 @@ static void end_slice_locked(gs_gate *g, bool idle)
     uint64_t quantum_us = g->quantum_us;
     bool lost = g->token_lost;
     bool preempted = g->revoke_pending;
+    /* The idle gap runs from here: a launch during the release below ends
+     * it (set after the release, a later slow-path entry, after a wait for
+     * the next grant, read that wait as idleness, and a process
+     * synchronising every step looked bursty: gate_burst_end.c). */
+    if (idle)
+        g->idle_since_ns = gs_gate_monotonic_ns();
     pthread_mutex_unlock(&g->mu);
 
     /* A thread that passed the fast path just before the close is still
@@ -157,10 +163,8 @@ static void end_slice_locked(gs_gate *g, bool idle)
              (unsigned long long)overrun_us, idle ? ", idle" : "");
     pthread_mutex_lock(&g->mu);
     atomic_fetch_add_explicit(&g->n_released, 1, memory_order_relaxed);
-    if (idle) {
+    if (idle)
         atomic_fetch_add_explicit(&g->n_idle, 1, memory_order_relaxed);
-        g->idle_since_ns = gs_gate_monotonic_ns();
-    }
     atomic_fetch_add_explicit(&g->used_us_total, used_us, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->overrun_us_total, overrun_us, memory_order_relaxed);
     if (g->state == GS_GATE_RELEASING && lease && !g->token_lost) {
