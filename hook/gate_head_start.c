@@ -96,12 +96,16 @@ void gs_gate_keeper_ask_locked(gs_gate *g)
     g->head_start = false;
     if (granted) {
         uint64_t now = gs_gate_monotonic_ns();
-        if (g->head_start_at_handback && now - g->head_start_ns > GS_GATE_HEAD_START_MAX_NS) {
-            /* Another was granted first: its launches waited out the bound;
-             * the slice starts now, and handbacks are ignored for a while. */
+        /* Past the bound its launches waited for this grant: the slice
+         * starts now, as any granted one (another was granted first after
+         * a handback: handbacks are then ignored for a while). */
+        bool late = now - g->head_start_ns > GS_GATE_HEAD_START_MAX_NS;
+        if (late) {
             g->grant_ns = now;
-            g->handback_quiet_until_ns = now + GS_GATE_HANDBACK_QUIET_NS;
-            atomic_fetch_add_explicit(&g->n_handback_lapses, 1, memory_order_relaxed);
+            if (g->head_start_at_handback) {
+                g->handback_quiet_until_ns = now + GS_GATE_HANDBACK_QUIET_NS;
+                atomic_fetch_add_explicit(&g->n_handback_lapses, 1, memory_order_relaxed);
+            }
         }
         g->head_start_at_handback = false;
         g->token_id = token_id;
@@ -111,6 +115,11 @@ void gs_gate_keeper_ask_locked(gs_gate *g)
         atomic_fetch_add_explicit(&g->n_acquired, 1, memory_order_relaxed);
         GS_DEBUG("token %llu granted to a provisional slice %.0f us after it: %u us", (unsigned long long)token_id,
                  (double)(now - g->head_start_ns) / 1e3, quantum_us);
+        /* ... and its first kernel keeps out of an expected preemptor's
+         * window like any (a 2 ms kernel queued at such a late grant
+         * delayed the next high-priority burst by all of it). */
+        if (late && !g->revoke_pending)
+            gs_gate_after_grant_locked(g);
         pthread_cond_broadcast(&g->changed);
         return;
     }
