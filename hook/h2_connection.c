@@ -29,8 +29,10 @@ typedef struct h2_stream {
     struct h2_stream *prev, *next;   /* the connection's open streams */
     void *ctx;                       /* the owner's, handed back in handlers */
     int32_t id;
-    uint8_t *tx;                     /* the framed request */
-    size_t tx_len, tx_off;
+    uint8_t *tx;                     /* framed requests not yet handed to nghttp2 */
+    size_t tx_len, tx_off, tx_cap;
+    bool open_ended;                 /* more messages may follow (h2_connection_send_message) */
+    bool tx_deferred;                /* nghttp2 waits for h2_connection_send_message */
     uint8_t *rx;                     /* reply bytes not yet a whole message */
     size_t rx_len, rx_cap;
     int http_status;
@@ -105,12 +107,37 @@ static ssize_t request_body_cb(nghttp2_session *session, int32_t stream_id, uint
     (void)user_data;
     h2_stream *s = source->ptr;
     size_t left = s->tx_len - s->tx_off;
+    if (left == 0 && s->open_ended) {
+        s->tx_deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
+    }
     size_t n = left < len ? left : len;
     memcpy(buf, s->tx + s->tx_off, n);
     s->tx_off += n;
-    if (s->tx_off == s->tx_len)
-        *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s->tx_off == s->tx_len) {
+        s->tx_off = s->tx_len = 0;  /* an open-ended stream's buffer is reused */
+        if (!s->open_ended)
+            *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    }
     return (ssize_t)n;
+}
+
+/* Appends to what the stream has to send; false when out of memory. */
+static bool append_tx(h2_stream *s, const uint8_t *framed, size_t len)
+{
+    if (s->tx_len + len > s->tx_cap) {
+        size_t cap = s->tx_cap ? s->tx_cap : 256;
+        while (cap < s->tx_len + len)
+            cap *= 2;
+        uint8_t *grown = realloc(s->tx, cap);
+        if (!grown)
+            return false;
+        s->tx = grown;
+        s->tx_cap = cap;
+    }
+    memcpy(s->tx + s->tx_len, framed, len);
+    s->tx_len += len;
+    return true;
 }
 
 static int header_cb(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
@@ -336,21 +363,11 @@ bool h2_connection_wants_write(h2_connection *conn)
 
 #define HEADER(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, 0, NGHTTP2_NV_FLAG_NONE}
 
-int32_t h2_connection_start_call(h2_connection *conn, const char *path, const uint8_t *framed,
-                                 size_t len, int wait_ms, void *stream_ctx, char *err,
-                                 size_t err_cap)
+/* Starts POST path with what s->tx holds; the stream's id, or -1. */
+static int32_t submit_stream(h2_connection *conn, h2_stream *s, const char *path, int wait_ms,
+                             char *err, size_t err_cap)
 {
-    h2_stream *s = calloc(1, sizeof *s);
-    if (!s || !(s->tx = malloc(len))) {
-        free(s);
-        snprintf(err, err_cap, "out of memory for a request of %zu bytes", len);
-        return -1;
-    }
-    memcpy(s->tx, framed, len);
-    s->tx_len = len;
-    s->ctx = stream_ctx;
     s->grpc_status = -1;
-
     char timeout[12];
     nghttp2_nv headers[] = {
         HEADER(":method", "POST"),
@@ -383,6 +400,56 @@ int32_t h2_connection_start_call(h2_connection *conn, const char *path, const ui
         conn->streams->prev = s;
     conn->streams = s;
     return id;
+}
+
+int32_t h2_connection_start_call(h2_connection *conn, const char *path, const uint8_t *framed,
+                                 size_t len, int wait_ms, void *stream_ctx, char *err,
+                                 size_t err_cap)
+{
+    h2_stream *s = calloc(1, sizeof *s);
+    if (!s || !append_tx(s, framed, len)) {
+        free(s);
+        snprintf(err, err_cap, "out of memory for a request of %zu bytes", len);
+        return -1;
+    }
+    s->ctx = stream_ctx;
+    return submit_stream(conn, s, path, wait_ms, err, err_cap);
+}
+
+int32_t h2_connection_open_stream(h2_connection *conn, const char *path, void *stream_ctx,
+                                  char *err, size_t err_cap)
+{
+    h2_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_cap, "out of memory for the stream %s", path);
+        return -1;
+    }
+    s->ctx = stream_ctx;
+    s->open_ended = true;
+    return submit_stream(conn, s, path, 0, err, err_cap);
+}
+
+bool h2_connection_send_message(h2_connection *conn, int32_t stream_id, const uint8_t *framed,
+                                size_t len, char *err, size_t err_cap)
+{
+    h2_stream *s = find_stream(conn, stream_id);
+    if (!s || !s->open_ended || s->local_status) {
+        snprintf(err, err_cap, "stream %d is not open for messages", (int)stream_id);
+        return false;
+    }
+    if (!append_tx(s, framed, len)) {
+        snprintf(err, err_cap, "out of memory for a message of %zu bytes", len);
+        return false;
+    }
+    if (s->tx_deferred) {
+        s->tx_deferred = false;
+        int rv = nghttp2_session_resume_data(conn->session, stream_id);
+        if (rv != 0) {
+            snprintf(err, err_cap, "cannot resume stream %d: %s", (int)stream_id, nghttp2_strerror(rv));
+            return false;
+        }
+    }
+    return true;
 }
 
 bool h2_connection_read(h2_connection *conn, char *err, size_t err_cap)

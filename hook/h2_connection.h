@@ -44,6 +44,19 @@ int32_t h2_connection_start_call(h2_connection *conn, const char *path, const ui
                                  size_t len, int wait_ms, void *stream_ctx, char *err,
                                  size_t err_cap);
 
+/* Starts POST `path` as a stream whose request side stays open: messages
+ * follow with h2_connection_send_message, replies come through on_message
+ * as they arrive (gRPC bidirectional streaming). Returns the stream id, or
+ * -1 with err set (then on_close is NOT called). */
+int32_t h2_connection_open_stream(h2_connection *conn, const char *path, void *stream_ctx,
+                                  char *err, size_t err_cap);
+
+/* Queues one framed gRPC message (copied) on a stream from
+ * h2_connection_open_stream; it leaves with the next flush. false with err
+ * set when the stream is gone or memory is short. */
+bool h2_connection_send_message(h2_connection *conn, int32_t stream_id, const uint8_t *framed,
+                                size_t len, char *err, size_t err_cap);
+
 /* Reads what the socket has and processes it (handlers run here).
  * false with err set when the connection is over. */
 bool h2_connection_read(h2_connection *conn, char *err, size_t err_cap);

@@ -15,6 +15,13 @@
  * was an AcquireToken or ReserveMemory that the daemon granted anyway, the
  * I/O thread gives the token / bytes back, since nobody else will.
  *
+ * AcquireToken, ReleaseToken, RenewToken, ReserveMemory and ReleaseMemory
+ * travel as messages on the Calls stream, opened beside Control (a message
+ * on an open stream costs grpcio about half the daemon CPU of a unary
+ * call); their answers carry the call_id they complete. A daemon without
+ * Calls answers it UNIMPLEMENTED: the calls sent on it are started again as
+ * unary calls, and so is every later one on that connection.
+ *
  * wait_ms <= 0 on a call means: no client-side limit (until disconnect). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -58,6 +65,7 @@ enum rpc_method {
     M_MEMORY_INFO,
     M_CONTROL,
     M_RENEW,
+    M_CALL_STREAM,
 };
 
 static const struct {
@@ -84,7 +92,15 @@ static const struct {
                    gslice_v1_ControlEvent_fields},
     [M_RENEW] = {"/gslice.v1.ClientService/RenewToken", gslice_v1_RenewTokenRequest_fields,
                  gslice_v1_RenewTokenReply_fields},
+    [M_CALL_STREAM] = {"/gslice.v1.ClientService/Calls", gslice_v1_ClientCall_fields,
+                        gslice_v1_ClientAnswer_fields},
 };
+
+/* The largest framed request of the contract. */
+#define REQUEST_MAX_BYTES                                                                          \
+    (GRPC_FRAME_PREFIX + 16 +                                                                      \
+     (gslice_v1_AttachRequest_size > gslice_v1_ClientCall_size ? gslice_v1_AttachRequest_size        \
+                                                              : gslice_v1_ClientCall_size))
 
 typedef union rpc_request {
     gslice_v1_AttachRequest attach;
@@ -118,6 +134,7 @@ typedef struct rpc_call {
     int result;
     int wait_ms;
     int32_t stream_id;          /* 0 until started */
+    uint32_t stream_call_id;     /* != 0: sent on the Calls stream with this call_id */
     rpc_request request;
     rpc_reply reply;
     char message[256];
@@ -157,6 +174,8 @@ struct gs_rpc {
     char broken_reason[256];
     char client_id[64];
     gs_attach_info pending_info;
+    int32_t call_stream_id;    /* the open Calls stream; 0: calls go unary */
+    uint32_t last_stream_call_id;
 };
 
 static __thread char rpc_last_error[256];
@@ -282,32 +301,86 @@ static char *request_client_id(rpc_call *call)
     case M_MEMORY_INFO: return call->request.memory_info.client_id;
     case M_CONTROL: return call->request.control.client_id;
     case M_RENEW: return call->request.renew.client_id;
-    case M_ATTACH: return NULL;
+    case M_ATTACH:
+    case M_CALL_STREAM: return NULL;
     }
     return NULL;
 }
 
-/* Encodes and starts call on the connection; false with call->message set. */
+static bool is_stream_call(enum rpc_method method)
+{
+    return method == M_ACQUIRE || method == M_RELEASE || method == M_RENEW || method == M_RESERVE ||
+           method == M_RELEASE_MEMORY;
+}
+
+/* Encodes call as a ClientCall; its length framed, 0 if it cannot be. */
+static size_t encode_stream_call(rpc_call *call, uint32_t call_id, uint8_t *framed, size_t cap)
+{
+    gslice_v1_ClientCall message = gslice_v1_ClientCall_init_zero;
+    message.call_id = call_id;
+    switch (call->method) {
+    case M_ACQUIRE:
+        message.which_call = gslice_v1_ClientCall_acquire_tag;
+        message.call.acquire = call->request.acquire;
+        message.wait_ms = call->wait_ms > 0 ? (uint32_t)call->wait_ms : 0;
+        break;
+    case M_RELEASE:
+        message.which_call = gslice_v1_ClientCall_release_tag;
+        message.call.release = call->request.release;
+        break;
+    case M_RENEW:
+        message.which_call = gslice_v1_ClientCall_renew_tag;
+        message.call.renew = call->request.renew;
+        break;
+    case M_RESERVE:
+        message.which_call = gslice_v1_ClientCall_reserve_tag;
+        message.call.reserve = call->request.reserve;
+        message.wait_ms = call->wait_ms > 0 ? (uint32_t)call->wait_ms : 0;
+        break;
+    default:
+        message.which_call = gslice_v1_ClientCall_release_memory_tag;
+        message.call.release_memory = call->request.release_memory;
+        break;
+    }
+    return rpc_codec_encode(gslice_v1_ClientCall_fields, &message, framed, cap);
+}
+
+/* Encodes and starts call on the connection, on the Calls stream when
+ * it is one of those and the stream is open; false with call->message set. */
 static bool start_stream(gs_rpc *rpc, rpc_call *call)
 {
     char *client_id = request_client_id(call);
     if (client_id)
         memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
-    uint8_t framed[GRPC_FRAME_PREFIX + gslice_v1_AttachRequest_size + 16];
-    size_t len = rpc_codec_encode(method_table[call->method].request, &call->request, framed,
-                                  sizeof framed);
+    uint8_t framed[REQUEST_MAX_BYTES];
+    bool on_call_stream = is_stream_call(call->method) && rpc->call_stream_id > 0;
+    uint32_t call_id = 0;
+    if (on_call_stream && (call_id = ++rpc->last_stream_call_id) == 0)
+        call_id = ++rpc->last_stream_call_id; /* 0 means "not on the stream" */
+    size_t len = on_call_stream
+                     ? encode_stream_call(call, call_id, framed, sizeof framed)
+                     : rpc_codec_encode(method_table[call->method].request, &call->request, framed,
+                                        sizeof framed);
     if (len == 0) {
         snprintf(call->message, sizeof call->message, "cannot encode the %s request",
                  method_table[call->method].path);
         return false;
     }
-    int32_t id = h2_connection_start_call(rpc->conn, method_table[call->method].path, framed, len,
-                                          call->wait_ms, call, call->message,
-                                          sizeof call->message);
+    int32_t id;
+    if (on_call_stream) {
+        id = h2_connection_send_message(rpc->conn, rpc->call_stream_id, framed, len, call->message,
+                                        sizeof call->message)
+                 ? rpc->call_stream_id
+                 : -1;
+    } else {
+        id = h2_connection_start_call(rpc->conn, method_table[call->method].path, framed, len,
+                                      call->wait_ms, call, call->message, sizeof call->message);
+    }
     if (id < 0)
         return false;
     pthread_mutex_lock(&rpc->lock);
     call->stream_id = id;
+    call->stream_call_id = call_id;
     call->next = rpc->in_flight;
     rpc->in_flight = call;
     pthread_mutex_unlock(&rpc->lock);
@@ -321,6 +394,22 @@ static void start_internal(gs_rpc *rpc, rpc_call *call)
             mark_broken(rpc, false, call->message);
         call_free(call);
     }
+}
+
+/* Opens the Calls stream; without it, those calls go unary. */
+static void open_call_stream(gs_rpc *rpc)
+{
+    rpc_call *stream = call_new(M_CALL_STREAM, true);
+    if (!stream)
+        return;
+    int32_t id = h2_connection_open_stream(rpc->conn, method_table[M_CALL_STREAM].path, stream,
+                                           stream->message, sizeof stream->message);
+    if (id < 0) {
+        call_free(stream);
+        return;
+    }
+    stream->stream_id = id;
+    rpc->call_stream_id = id;
 }
 
 /* A granted AcquireToken / ReserveMemory whose caller gave up: give it back. */
@@ -411,6 +500,8 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     control->wait_ms = 0; /* held open for the life of the connection */
     rpc->phase = PHASE_OPENING_CONTROL;
     start_internal(rpc, control);
+    if (!rpc->broken)
+        open_call_stream(rpc);
 }
 
 static void on_ready(gs_rpc *rpc)
@@ -470,6 +561,110 @@ static bool handle_control_event(gs_rpc *rpc, const uint8_t *body, size_t len, c
     return true;
 }
 
+/* A call of the application's (unary, or answered on Calls) is over;
+ * an internal one (an abandoned call's undo) is just forgotten. */
+static void finish_call_io(gs_rpc *rpc, rpc_call *call, int status, const char *message)
+{
+    if (call->internal) {
+        pthread_mutex_lock(&rpc->lock);
+        remove_in_flight_locked(rpc, call);
+        pthread_mutex_unlock(&rpc->lock);
+        call_free(call);
+        return;
+    }
+    if (status == GRPC_STATUS_NOT_FOUND && rpc->phase == PHASE_ATTACHED)
+        /* Our client_id is gone at the daemon: attach again. */
+        mark_broken(rpc, false, message);
+    complete_call(rpc, call, status, message);
+}
+
+/* The calls in flight on the Calls stream, taken out of in_flight. */
+static rpc_call *take_stream_calls(gs_rpc *rpc)
+{
+    rpc_call *taken = NULL;
+    pthread_mutex_lock(&rpc->lock);
+    for (rpc_call **p = &rpc->in_flight; *p;) {
+        rpc_call *call = *p;
+        if (call->stream_call_id) {
+            *p = call->next;
+            call->next = taken;
+            taken = call;
+        } else {
+            p = &call->next;
+        }
+    }
+    pthread_mutex_unlock(&rpc->lock);
+    return taken;
+}
+
+/* Calls ended. Refused as UNIMPLEMENTED (a daemon older than it), its
+ * calls start again unary; ended otherwise, they end with its status. Later
+ * such calls on this connection go unary either way. */
+static void on_call_stream_closed(gs_rpc *rpc, int status, const char *message)
+{
+    rpc->call_stream_id = 0;
+    bool again = status == GRPC_STATUS_UNIMPLEMENTED && rpc->phase != PHASE_CLOSING && !rpc->broken;
+    char reason[300];
+    snprintf(reason, sizeof reason, "Calls stream ended (status %d): %s", status, message);
+    rpc_call *taken = take_stream_calls(rpc);
+    while (taken) {
+        rpc_call *call = taken;
+        taken = call->next;
+        call->next = NULL;
+        call->stream_call_id = 0;
+        if (again && start_stream(rpc, call))
+            continue;
+        finish_call_io(rpc, call, again ? GS_RPC_UNAVAILABLE : status, again ? call->message : reason);
+    }
+}
+
+/* One ClientAnswer: completes the call it names. */
+static bool handle_stream_answer(gs_rpc *rpc, const uint8_t *body, size_t len, char *err,
+                                size_t err_cap)
+{
+    gslice_v1_ClientAnswer answer = gslice_v1_ClientAnswer_init_zero;
+    if (!rpc_codec_decode(gslice_v1_ClientAnswer_fields, &answer, body, len, err, err_cap))
+        return false;
+    rpc_call *call = NULL;
+    pthread_mutex_lock(&rpc->lock);
+    for (rpc_call *c = rpc->in_flight; c; c = c->next) {
+        if (answer.call_id != 0 && c->stream_call_id == answer.call_id) {
+            call = c;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rpc->lock);
+    if (!call) {
+        snprintf(err, err_cap, "ClientAnswer for call_id %u, which is not in flight", answer.call_id);
+        return false;
+    }
+    if (answer.code != GRPC_STATUS_OK) {
+        finish_call_io(rpc, call, (int)answer.code, answer.message);
+        return true;
+    }
+    static const pb_size_t answer_tag[] = {
+        [M_ACQUIRE] = gslice_v1_ClientAnswer_acquire_tag,
+        [M_RELEASE] = gslice_v1_ClientAnswer_release_tag,
+        [M_RENEW] = gslice_v1_ClientAnswer_renew_tag,
+        [M_RESERVE] = gslice_v1_ClientAnswer_reserve_tag,
+        [M_RELEASE_MEMORY] = gslice_v1_ClientAnswer_release_memory_tag,
+    };
+    if (answer.which_answer != answer_tag[call->method]) {
+        finish_call_io(rpc, call, GS_RPC_PROTOCOL, "ClientAnswer of another kind than its call");
+        return true;
+    }
+    switch (call->method) {
+    case M_ACQUIRE: call->reply.acquire = answer.answer.acquire; break;
+    case M_RELEASE: call->reply.release = answer.answer.release; break;
+    case M_RENEW: call->reply.renew = answer.answer.renew; break;
+    case M_RESERVE: call->reply.reserve = answer.answer.reserve; break;
+    default: call->reply.release_memory = answer.answer.release_memory; break;
+    }
+    call->have_reply = true;
+    finish_call_io(rpc, call, GS_RPC_OK, "");
+    return true;
+}
+
 static bool on_stream_message(void *owner, void *stream_ctx, const uint8_t *body, size_t len,
                               char *err, size_t err_cap)
 {
@@ -477,6 +672,8 @@ static bool on_stream_message(void *owner, void *stream_ctx, const uint8_t *body
     rpc_call *call = stream_ctx;
     if (call->method == M_CONTROL)
         return handle_control_event(rpc, body, len, err, err_cap);
+    if (call->method == M_CALL_STREAM)
+        return handle_stream_answer(rpc, body, len, err, err_cap);
     if (call->have_reply) {
         snprintf(err, err_cap, "second message on the unary reply of %s",
                  method_table[call->method].path);
@@ -501,10 +698,12 @@ static void on_stream_close(void *owner, void *stream_ctx, int status, const cha
     gs_rpc *rpc = owner;
     rpc_call *call = stream_ctx;
     if (!call->internal) {
-        if (status == GRPC_STATUS_NOT_FOUND && rpc->phase == PHASE_ATTACHED)
-            /* Our client_id is gone at the daemon: attach again. */
-            mark_broken(rpc, false, message);
-        complete_call(rpc, call, status, message);
+        finish_call_io(rpc, call, status, message);
+        return;
+    }
+    if (call->method == M_CALL_STREAM) {
+        on_call_stream_closed(rpc, status, message);
+        call_free(call);
         return;
     }
     pthread_mutex_lock(&rpc->lock);
@@ -582,6 +781,7 @@ static bool serve_connection(gs_rpc *rpc)
 {
     rpc->broken = rpc->refused = false;
     rpc->broken_reason[0] = '\0';
+    rpc->call_stream_id = 0;
     rpc->phase = PHASE_ATTACHING;
     rpc->phase_deadline = deadline_after(ATTACH_DEADLINE_MS);
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from gslice.v1 import client_pb2
 
 from .coordinator import Coordinator
+from .rpc_guard import RpcFailure, RpcGuard
+
+# ClientCall's oneof -> the unary method it stands for. Those that may wait
+# for the scheduler or the ledger run beside the reading of later calls.
+STREAM_CALLS = {"acquire": "AcquireToken", "release": "ReleaseToken", "renew": "RenewToken",
+                "reserve": "ReserveMemory", "release_memory": "ReleaseMemory"}
+CALLS_THAT_WAIT = {"acquire", "reserve"}
 
 
 class ClientService:
-    def __init__(self, coordinator: Coordinator):
+    def __init__(self, coordinator: Coordinator, guard: RpcGuard):
         self._coordinator = coordinator
+        self._guard = guard
 
     async def Attach(self, request: client_pb2.AttachRequest, context) -> client_pb2.AttachReply:
         return self._coordinator.attach(request)
@@ -42,6 +52,59 @@ class ClientService:
 
     async def GetMemoryInfo(self, request: client_pb2.GetMemoryInfoRequest, context) -> client_pb2.GetMemoryInfoReply:
         return self._coordinator.memory_info(request.client_id)
+
+    async def Calls(self, read, context) -> None:
+        """Each ClientCall is served as its unary method would be. Calls
+        that never wait are answered in order as they come; one that may
+        wait runs beside the reading. Answers are written one at a time
+        (grpc allows one write in flight)."""
+        writing = asyncio.Lock()
+        waiting: set[asyncio.Task] = set()
+
+        async def answer(call: client_pb2.ClientCall, kind: str) -> None:
+            name = STREAM_CALLS[kind]
+            try:
+                serve = getattr(self, name)(getattr(call, kind), context)
+                if kind in CALLS_THAT_WAIT and call.wait_ms:
+                    try:
+                        reply = await asyncio.wait_for(serve, call.wait_ms / 1000)
+                    except asyncio.TimeoutError:
+                        raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                         f"{name} not answered within the call's wait_ms {call.wait_ms}") from None
+                else:
+                    reply = await serve
+                client_answer = client_pb2.ClientAnswer(call_id=call.call_id, **{kind: reply})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the call's status, as the unary call would end
+                code, message = self._guard.failure(name, exc)
+                client_answer = client_pb2.ClientAnswer(call_id=call.call_id, code=code.value[0], message=message)
+            async with writing:
+                await context.write(client_answer)
+
+        try:
+            while (call := await read()) is not None:
+                kind = call.WhichOneof("call")
+                if kind is None:
+                    raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"ClientCall {call.call_id} names no call; one of {sorted(STREAM_CALLS)} is needed")
+                if kind in CALLS_THAT_WAIT:
+                    # As many as one connection may have unary calls open.
+                    limit = self._coordinator.limits.max_streams_per_connection
+                    if len(waiting) >= limit:
+                        raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                         f"ClientCall {call.call_id}: {len(waiting)} calls already wait on this "
+                                         f"stream; at most {limit} (max-streams-per-connection)")
+                    task = asyncio.create_task(answer(call, kind))
+                    waiting.add(task)
+                    task.add_done_callback(waiting.discard)
+                else:
+                    await answer(call, kind)
+            if waiting:
+                await asyncio.wait(set(waiting))
+        finally:
+            for task in waiting:
+                task.cancel()
 
     async def Control(self, request: client_pb2.ControlRequest, context):
         coordinator = self._coordinator

@@ -167,7 +167,7 @@ class TokenDaemon:
         servers = []
         metrics_http = None
         try:
-            servers.append(await self._build_server(self.client_socket, 0o666, ClientService(coordinator),
+            servers.append(await self._build_server(self.client_socket, 0o666, ClientService(coordinator, guard),
                                                     client_descriptor, guard))
             servers.append(await self._build_server(self.admin_socket, 0o600, AdminService(coordinator),
                                                     admin_descriptor, guard))

@@ -61,7 +61,11 @@ class RpcGuard:
         for method in service_descriptor.methods:
             request_class = symbol_database.Default().GetSymbol(method.input_type.full_name)
             implementation = getattr(servicer, method.name)
-            if method.server_streaming:
+            if method.client_streaming and method.server_streaming:
+                handler = grpc.stream_stream_rpc_method_handler(
+                    self._bidi(method.name, request_class, implementation),
+                    request_deserializer=None, response_serializer=_serialize)
+            elif method.server_streaming:
                 handler = grpc.unary_stream_rpc_method_handler(
                     self._stream(method.name, request_class, implementation),
                     request_deserializer=None, response_serializer=_serialize)
@@ -83,7 +87,9 @@ class RpcGuard:
                              f"{name} request ({len(raw)} bytes) is not a valid {request_class.DESCRIPTOR.full_name}: {exc}"
                              ) from None
 
-    async def _fail(self, name: str, exc: BaseException, context) -> None:
+    def failure(self, name: str, exc: BaseException) -> tuple[grpc.StatusCode, str]:
+        """The status a call of `name` that raised exc ends with (counted and
+        logged here); for a call answered on a stream as for a unary one."""
         status = status_of(exc)
         if status is None:
             log.error("%s failed unexpectedly", name, exc_info=exc)
@@ -91,7 +97,10 @@ class RpcGuard:
         code, message = status
         self._on_error(name, code)
         log.debug("%s -> %s: %s", name, code.name, message)
-        await context.abort(code, message)
+        return code, message
+
+    async def _fail(self, name: str, exc: BaseException, context) -> None:
+        await context.abort(*self.failure(name, exc))
 
     def _unary(self, name, request_class, implementation):
         async def handle(raw: bytes, context):
@@ -110,6 +119,21 @@ class RpcGuard:
                 request = self._parse(name, request_class, raw)
                 async for reply in implementation(request, context):
                     yield reply
+            except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:
+                await self._fail(name, exc, context)
+        return handle
+
+    def _bidi(self, name, request_class, implementation):
+        """implementation(read, context): read() is the next parsed request,
+        None at the end of the client's side."""
+        async def handle(_request_iterator, context):
+            async def read():
+                raw = await context.read()
+                return None if raw is grpc.aio.EOF else self._parse(name, request_class, raw)
+            try:
+                await implementation(read, context)
             except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:

@@ -25,6 +25,7 @@ EXPECTED_ERRORS = {
 CLIENT_METHODS = [m.name for m in client_pb2.DESCRIPTOR.services_by_name["ClientService"].methods]
 ADMIN_METHODS = [m.name for m in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods]
 STREAMING = {"Control", "Watch"}
+BIDIRECTIONAL = {"Calls"}
 FUZZ_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
 u64 = st.one_of(st.sampled_from([0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1]),
@@ -60,6 +61,9 @@ def _check_answer(call) -> None:
 
 def _raw(channel, service: str, method: str, payload: bytes):
     path = f"/gslice.v1.{service}/{method}"
+    if method in BIDIRECTIONAL:  # the payload as one message, then the end of the client's side
+        call = channel.stream_stream(path, request_serializer=None, response_deserializer=None)
+        return lambda: call(iter([payload]), timeout=3)
     if method in STREAMING:
         call = channel.unary_stream(path, request_serializer=None, response_deserializer=None)
         return lambda: call(payload, timeout=0.5)

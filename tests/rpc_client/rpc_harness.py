@@ -62,9 +62,12 @@ def socket_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def tokend(socket_dir):
-    server = ScriptedTokend(os.path.join(socket_dir, f"client-{uuid.uuid4().hex[:8]}.sock"))
+# Every test against a daemon that serves the Calls stream (the token and
+# memory calls go on it) and one that does not (an older tokend: they go unary).
+@pytest.fixture(params=["calls-stream", "unary-only"])
+def tokend(socket_dir, request):
+    server = ScriptedTokend(os.path.join(socket_dir, f"client-{uuid.uuid4().hex[:8]}.sock"),
+                            serve_calls_stream=request.param == "calls-stream")
     server.start()
     yield server
     server.close()

@@ -17,6 +17,34 @@ import grpc
 from gslice.v1 import client_pb2
 
 SERVICE = "gslice.v1.ClientService"
+# ClientCall's oneof -> the unary handler that serves it; the field number
+# of each in ClientAnswer's oneof (for raw replies embedded in an answer).
+STREAM_CALLS = {"acquire": "AcquireToken", "release": "ReleaseToken", "renew": "RenewToken",
+                "reserve": "ReserveMemory", "release_memory": "ReleaseMemory"}
+ANSWER_FIELDS = {"acquire": 10, "release": 11, "renew": 12, "reserve": 13, "release_memory": 14}
+
+
+class CallAborted(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class StreamCallContext:
+    """The context a unary handler gets when its call came on Calls: an
+    abort becomes the answer's status."""
+
+    async def abort(self, code, message):
+        raise CallAborted(code, message)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def _serialize(message) -> bytes:
@@ -34,6 +62,13 @@ class Behaviour:
     reserve: str = "echo"                       # echo (used=bytes, quota=2*bytes) | garbage | huge | slow
     slow_reply_s: float = 0.0
     send_ready: bool = True
+    # Serve the Calls stream (False: a daemon older than it, unary calls only).
+    # Read when the server starts.
+    serve_calls_stream: bool = True
+    # (method name, status): the Calls stream ends with that status when such a call comes on it.
+    end_calls_stream_at: tuple[str, grpc.StatusCode] | None = None
+    # call -> raw ClientAnswer bytes sent instead of the proper answer (a confused daemon)
+    raw_stream_answer: object = None
     # method name -> raw reply bytes sent instead of the proper reply (fuzzing the decoder)
     raw_replies: dict = field(default_factory=dict)
     quota: int = 8 << 30
@@ -50,6 +85,7 @@ class Record:
     reserves: list = field(default_factory=list)      # (client_id, bytes)
     memory_releases: list = field(default_factory=list)
     controls_opened: list = field(default_factory=list)
+    stream_calls: list = field(default_factory=list)  # method names of calls that came on Calls
 
 
 class ScriptedClientService:
@@ -168,6 +204,52 @@ class ScriptedClientService:
             self.control_queues.pop(request.client_id, None)
             self.clients.pop(request.client_id, None)
 
+    async def Calls(self, _requests, context):
+        """Each call through its unary handler, answered as the real tokend does."""
+        writing = asyncio.Lock()
+        waiting: set[asyncio.Task] = set()
+
+        async def answer(call, kind: str) -> None:
+            name = STREAM_CALLS[kind]
+            self.record.stream_calls.append(name)
+            try:
+                serve = getattr(self, name)(getattr(call, kind), StreamCallContext())
+                if kind in ("acquire", "reserve") and call.wait_ms:
+                    reply = await asyncio.wait_for(serve, call.wait_ms / 1000)
+                else:
+                    reply = await serve
+                if isinstance(reply, bytes):  # a malformed reply, on purpose
+                    out = (client_pb2.ClientAnswer(call_id=call.call_id).SerializeToString()
+                           + bytes([ANSWER_FIELDS[kind] << 3 | 2]) + _varint(len(reply)) + reply)
+                else:
+                    out = client_pb2.ClientAnswer(call_id=call.call_id, **{kind: reply})
+            except asyncio.TimeoutError:
+                out = client_pb2.ClientAnswer(call_id=call.call_id, code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                                              message=f"not answered within wait_ms {call.wait_ms}")
+            except CallAborted as abort:
+                out = client_pb2.ClientAnswer(call_id=call.call_id, code=abort.code.value[0], message=abort.message)
+            if self.behaviour.raw_stream_answer is not None:
+                out = self.behaviour.raw_stream_answer(call)
+            async with writing:
+                await context.write(out)
+
+        try:
+            while (call := await context.read()) is not grpc.aio.EOF:
+                kind = call.WhichOneof("call")
+                end_at = self.behaviour.end_calls_stream_at
+                if end_at and STREAM_CALLS[kind] == end_at[0]:
+                    await context.abort(end_at[1], "scripted end of the Calls stream")
+                task = asyncio.create_task(answer(call, kind))
+                waiting.add(task)
+                task.add_done_callback(waiting.discard)
+                if kind not in ("acquire", "reserve"):
+                    await task
+            if waiting:
+                await asyncio.wait(set(waiting))
+        finally:
+            for task in waiting:
+                task.cancel()
+
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
             "Attach": client_pb2.AttachRequest, "Detach": client_pb2.DetachRequest,
@@ -186,15 +268,19 @@ class ScriptedClientService:
         handlers["Control"] = grpc.unary_stream_rpc_method_handler(
             self.Control, request_deserializer=client_pb2.ControlRequest.FromString,
             response_serializer=_serialize)
+        if self.behaviour.serve_calls_stream:
+            handlers["Calls"] = grpc.stream_stream_rpc_method_handler(
+                self.Calls, request_deserializer=client_pb2.ClientCall.FromString,
+                response_serializer=_serialize)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
 class ScriptedTokend:
     """The server plus its loop thread. Use as a context manager."""
 
-    def __init__(self, socket_path: str):
+    def __init__(self, socket_path: str, serve_calls_stream: bool = True):
         self.socket_path = socket_path
-        self.behaviour = Behaviour()
+        self.behaviour = Behaviour(serve_calls_stream=serve_calls_stream)
         self.record = Record()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="scripted-tokend", daemon=True)

@@ -4,12 +4,15 @@ Each test drives the C client through tests/rpc_client/rpc_driver.c, a
 subprocess that takes one command per line and prints one result line."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
 import grpc
+from gslice.v1 import client_pb2
 
-from rpc_harness import CLIENT_SOURCES, HOOK, NANOPB_OUT, NANOPB_RUNTIME, PB_SOURCES
+from rpc_harness import CLIENT_SOURCES, HOOK, NANOPB_OUT, NANOPB_RUNTIME, PB_SOURCES, Driver
+from scripted_tokend import ScriptedTokend
 
 UNAVAILABLE, TIMEOUT, PROTOCOL = -1, -2, -3
 
@@ -24,7 +27,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
     raise AssertionError(f"{what} not reached within {timeout} s")
 
 
-def test_attach_then_every_unary_call(tokend, start_driver):
+def test_attach_then_every_call(tokend, start_driver):
     driver = start_driver()
     fields, _ = driver.run("wait-attached 20000")
     client_id = fields[2]
@@ -46,6 +49,70 @@ def test_attach_then_every_unary_call(tokend, start_driver):
     assert driver.run("release-memory 4096 5000") == (["release-memory", "0", "0", str(8 << 30)], "")
     assert tokend.record.memory_releases == [(client_id, 4096)]
     assert driver.run("memory-info 5000") == (["memory-info", "0", str(8 << 30), "12345", str(16 << 30)], "")
+    # On the Calls stream when the daemon serves it; unary (as to an older daemon) when not.
+    on_stream = ["AcquireToken", "ReleaseToken", "ReserveMemory", "ReleaseMemory"]
+    assert tokend.record.stream_calls == (on_stream if tokend.behaviour.serve_calls_stream else [])
+
+
+def test_calls_stream_ending_fails_its_calls_and_later_ones_go_unary(socket_dir, driver_binary):
+    with ScriptedTokend(os.path.join(socket_dir, "client.sock")) as tokend:
+        driver = Driver(driver_binary, tokend.socket_path)
+        try:
+            driver.attached()
+            assert driver.run("acquire 1500 5000")[0][1] == "0"
+            tokend.behaviour.end_calls_stream_at = ("ReleaseToken", grpc.StatusCode.INTERNAL)
+            fields, err = driver.run("release 100 4000 0 0 5000")
+            assert int(fields[1]) == 13 and "Calls stream ended" in err and "scripted end" in err, (fields, err)
+            assert driver.run("release 100 4000 0 0 5000") == (["release", "0"], "")
+            assert driver.run("reserve 4096 5000")[0][1] == "0"
+            assert tokend.record.stream_calls == ["AcquireToken"]
+            assert [r.token_id for r in tokend.record.releases] == [100]   # the unary one
+            assert len(tokend.record.attaches) == 1, "the connection itself stayed up"
+        finally:
+            driver.close()
+
+
+def test_confused_answers_on_the_calls_stream(socket_dir, driver_binary):
+    """An answer of the wrong kind fails its call alone; one naming a call not
+    in flight resets the stream (its calls fail; later ones go unary)."""
+    with ScriptedTokend(os.path.join(socket_dir, "client.sock")) as tokend:
+        driver = Driver(driver_binary, tokend.socket_path)
+        try:
+            driver.attached()
+            tokend.behaviour.raw_stream_answer = lambda call: client_pb2.ClientAnswer(
+                call_id=call.call_id, release=client_pb2.ReleaseTokenReply()).SerializeToString()
+            fields, err = driver.run("acquire 1500 5000")
+            assert int(fields[1]) == PROTOCOL and "another kind" in err, (fields, err)
+            tokend.behaviour.raw_stream_answer = None
+            assert driver.run("acquire 1500 5000")[0][1] == "0"
+            assert tokend.record.stream_calls == ["AcquireToken", "AcquireToken"], "the stream went on"
+
+            tokend.behaviour.raw_stream_answer = lambda call: client_pb2.ClientAnswer(
+                call_id=call.call_id + 1000, reserve=client_pb2.ReserveMemoryReply()).SerializeToString()
+            fields, err = driver.run("reserve 4096 5000")
+            assert int(fields[1]) == PROTOCOL and "not in flight" in err, (fields, err)
+            tokend.behaviour.raw_stream_answer = None
+            assert driver.run("reserve 4096 5000")[0][1] == "0"
+            assert tokend.record.stream_calls == ["AcquireToken", "AcquireToken", "ReserveMemory"]
+            assert len(tokend.record.reserves) == 2 and len(tokend.record.attaches) == 1
+        finally:
+            driver.close()
+
+
+def test_calls_sent_before_the_stream_is_refused_as_unimplemented_go_again_unary(socket_dir, driver_binary):
+    """An older daemon refuses Calls at once; calls already sent on it (a
+    race at attach, made certain here) are started again as unary calls."""
+    with ScriptedTokend(os.path.join(socket_dir, "client.sock")) as tokend:
+        tokend.behaviour.end_calls_stream_at = ("AcquireToken", grpc.StatusCode.UNIMPLEMENTED)
+        driver = Driver(driver_binary, tokend.socket_path)
+        try:
+            client_id = driver.attached()
+            assert driver.run("acquire 1500 5000") == (["acquire", "0", "100", "20000"], "")
+            assert tokend.record.stream_calls == [] and tokend.record.acquires == [(client_id, 1500)]
+            assert driver.run("release 100 4000 0 0 5000") == (["release", "0"], "")
+            assert len(tokend.record.attaches) == 1
+        finally:
+            driver.close()
 
 
 def test_acquire_blocks_until_the_daemon_grants(tokend, start_driver):
