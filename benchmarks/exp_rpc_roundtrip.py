@@ -4,6 +4,7 @@ ReserveMemory + ReleaseMemory, each pair and each call."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from gslice.experiment import SharingExperiment
@@ -13,17 +14,27 @@ from results_io import Result, at_most
 
 
 def rpc_roundtrip(calls: int = 3000) -> Result:
+    """The calls as the shim sends them (on the Calls stream), and unary (as
+    to a daemon older than the stream) against the same daemon in the same run."""
     result = Result("rpc_roundtrip", device="none (daemon round trips)")
     program = native_build.rpc_roundtrip()
+    runs = {}
     with SharingExperiment(gpu="sim") as exp:
         group = exp.add_group("bench", request=0.5, limit=1.0, memory="4GiB")  # uncapped: RPC cost, not pacing
-        out = subprocess.run([str(program), str(exp.tokend.client_socket), "bench", group.secret, str(calls)],
-                             capture_output=True, text=True, timeout=600, check=True).stdout
-    series = json.loads(out)
+        for transport, unary in (("unary", "1"), ("stream", "0")):
+            out = subprocess.run([str(program), str(exp.tokend.client_socket), "bench", group.secret, str(calls)],
+                                 capture_output=True, text=True, timeout=600, check=True,
+                                 env={**os.environ, "RPC_ROUNDTRIP_UNARY": unary}).stdout
+            runs[transport] = json.loads(out)
     pairs = {"acquire_release", "reserve_release_memory"}  # the figures with targets
-    for name, stats in series.items():
+    for name, stats in runs["stream"].items():
         pair = name in pairs
         result.add(f"{name}/p50", stats["p50_us"], "us", at_most(300) if pair else None)
         result.add(f"{name}/p99", stats["p99_us"], "us", at_most(1000) if pair else None)
-    result.details = series
+    for name in sorted(pairs):
+        unary = runs["unary"][name]
+        result.add(f"unary/{name}/p50", unary["p50_us"], "us")
+        result.add(f"unary/{name}/p99", unary["p99_us"], "us")
+        result.add(f"stream_over_unary/{name}/p50", runs["stream"][name]["p50_us"] / unary["p50_us"], "x")
+    result.details = runs
     return result

@@ -159,6 +159,7 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     cfg->head_start = switch_setting(lookup, "GSLICE_HEAD_START", "a preemptor launches at its ring");
     cfg->handback = switch_setting(lookup, "GSLICE_HANDBACK", "a slice's end is told to the next group");
     cfg->burst_end = switch_setting(lookup, "GSLICE_BURST_END", "a burst's end is checked at its synchronisation");
+    cfg->calls_stream = switch_setting(lookup, "GSLICE_CALLS_STREAM", "token and memory calls go on the Calls stream");
 
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }

@@ -30,6 +30,8 @@ typedef struct gs_config {
                                 * starts before its grant (gate_handback.c) */
     bool burst_end;            /* GSLICE_BURST_END (default 1): a bursty holder's idle end is checked at its
                                 * own synchronisation (gate_burst_end.c) */
+    bool calls_stream;         /* GSLICE_CALLS_STREAM (default 1): token and memory calls on the Calls stream
+                                * (rpc_client.c); 0: unary calls */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

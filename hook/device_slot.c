@@ -122,6 +122,7 @@ static gs_slot *create_slot_locked(const char *uuid)
         .on_disconnected = on_disconnected,
         .reserved_bytes = reserved_bytes,
         .ctx = s,
+        .unary_calls_only = !cfg->calls_stream,
     };
     s->rpc = gs_rpc_start(&rc);
     if (!s->rpc) {

@@ -500,7 +500,7 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     control->wait_ms = 0; /* held open for the life of the connection */
     rpc->phase = PHASE_OPENING_CONTROL;
     start_internal(rpc, control);
-    if (!rpc->broken)
+    if (!rpc->broken && !rpc->cfg.unary_calls_only)
         open_call_stream(rpc);
 }
 
@@ -605,7 +605,10 @@ static void on_call_stream_closed(gs_rpc *rpc, int status, const char *message)
     rpc->call_stream_id = 0;
     bool again = status == GRPC_STATUS_UNIMPLEMENTED && rpc->phase != PHASE_CLOSING && !rpc->broken;
     char reason[300];
-    snprintf(reason, sizeof reason, "Calls stream ended (status %d): %s", status, message);
+    snprintf(reason, sizeof reason, "Calls stream ended (status %d): %s", status,
+             status == GRPC_STATUS_OK ? "tokend ended it before answering" : message);
+    if (status == GRPC_STATUS_OK)
+        status = GS_RPC_UNAVAILABLE; /* an answer that never came is no success */
     rpc_call *taken = take_stream_calls(rpc);
     while (taken) {
         rpc_call *call = taken;
@@ -639,7 +642,9 @@ static bool handle_stream_answer(gs_rpc *rpc, const uint8_t *body, size_t len, c
         return false;
     }
     if (answer.code != GRPC_STATUS_OK) {
-        finish_call_io(rpc, call, (int)answer.code, answer.message);
+        /* A code beyond gRPC's own must not pass for one of GS_RPC_*. */
+        int status = answer.code <= GRPC_STATUS_UNAUTHENTICATED ? (int)answer.code : GRPC_STATUS_UNKNOWN;
+        finish_call_io(rpc, call, status, answer.message);
         return true;
     }
     static const pb_size_t answer_tag[] = {

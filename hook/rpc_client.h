@@ -69,6 +69,9 @@ typedef struct gs_rpc_config {
     void (*on_disconnected)(void *ctx);
     uint64_t (*reserved_bytes)(void *ctx);  /* re-declared at every (re)attach */
     void *ctx;
+    /* Never open the Calls stream: every call unary, as with a daemon older
+     * than it (benchmarks compare the two in one run). */
+    bool unary_calls_only;
 } gs_rpc_config;
 
 typedef struct gs_rpc gs_rpc;
@@ -79,7 +82,7 @@ gs_rpc *gs_rpc_start(const gs_rpc_config *cfg);
 /* Waits until attached (true) or timeout_ms passes (false). */
 bool gs_rpc_wait_attached(gs_rpc *rpc, int timeout_ms, gs_attach_info *out);
 
-/* Unary calls; each waits at most wait_ms for its reply (AcquireToken's
+/* Calls; each waits at most wait_ms for its reply (AcquireToken's
  * own server-side timeout is timeout_ms; wait_ms should exceed it). */
 int gs_rpc_acquire(gs_rpc *rpc, uint32_t timeout_ms, int wait_ms,
                    uint64_t *token_id, uint32_t *quantum_us);

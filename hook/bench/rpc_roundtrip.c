@@ -3,6 +3,8 @@
  * Usage: rpc_roundtrip SOCKET GROUP SECRET N [RESERVE_BYTES]
  * Attaches, warms up, then times N uncontended AcquireToken+ReleaseToken
  * pairs and N ReserveMemory+ReleaseMemory pairs, each call on its own too.
+ * RPC_ROUNDTRIP_UNARY=1 in the environment: unary calls, not the Calls
+ * stream (as against a daemon older than it).
  * Prints one JSON object: per series n, p50_us, p99_us, mean_us, max_us. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -69,6 +71,8 @@ int main(int argc, char **argv)
     }
     gs_rpc_config cfg = {.socket_path = argv[1], .group = argv[2], .secret = argv[3],
                          .gpu_uuid = "", .process_name = "rpc_roundtrip"};
+    const char *unary = getenv("RPC_ROUNDTRIP_UNARY");
+    cfg.unary_calls_only = unary && strcmp(unary, "1") == 0;
     gs_rpc *rpc = gs_rpc_start(&cfg);
     if (!rpc || !gs_rpc_wait_attached(rpc, 20000, NULL)) {
         fprintf(stderr, "rpc_roundtrip: not attached to %s: %s\n", argv[1], gs_rpc_last_error());

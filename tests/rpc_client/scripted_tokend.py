@@ -238,6 +238,8 @@ class ScriptedClientService:
                 kind = call.WhichOneof("call")
                 end_at = self.behaviour.end_calls_stream_at
                 if end_at and STREAM_CALLS[kind] == end_at[0]:
+                    if end_at[1] == grpc.StatusCode.OK:
+                        return  # ends the stream with OK, the call unanswered
                     await context.abort(end_at[1], "scripted end of the Calls stream")
                 task = asyncio.create_task(answer(call, kind))
                 waiting.add(task)

@@ -99,6 +99,27 @@ def test_confused_answers_on_the_calls_stream(socket_dir, driver_binary):
             driver.close()
 
 
+def test_odd_endings_of_calls_on_the_stream(socket_dir, driver_binary):
+    """A status code beyond gRPC's reads as UNKNOWN (never as one of the
+    client's own negative codes); a stream ended OK with a call unanswered
+    fails that call as UNAVAILABLE."""
+    with ScriptedTokend(os.path.join(socket_dir, "client.sock")) as tokend:
+        driver = Driver(driver_binary, tokend.socket_path)
+        try:
+            driver.attached()
+            tokend.behaviour.raw_stream_answer = lambda call: client_pb2.ClientAnswer(
+                call_id=call.call_id, code=2**32 - 1, message="odd").SerializeToString()
+            fields, err = driver.run("acquire 1500 5000")
+            assert int(fields[1]) == 2 and err == "odd", (fields, err)
+            tokend.behaviour.raw_stream_answer = None
+            tokend.behaviour.end_calls_stream_at = ("ReserveMemory", grpc.StatusCode.OK)
+            fields, err = driver.run("reserve 4096 5000")
+            assert int(fields[1]) == UNAVAILABLE and "ended it before answering" in err, (fields, err)
+            assert driver.run("reserve 4096 5000")[0][1] == "0"  # unary from here
+        finally:
+            driver.close()
+
+
 def test_calls_sent_before_the_stream_is_refused_as_unimplemented_go_again_unary(socket_dir, driver_binary):
     """An older daemon refuses Calls at once; calls already sent on it (a
     race at attach, made certain here) are started again as unary calls."""
