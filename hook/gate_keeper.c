@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <string.h>
 
-#include "config.h"
 #include "log.h"
 #include "real_driver.h"
 #include "rpc_client.h"

@@ -1128,10 +1128,10 @@ class Scheduler:
         30%. In turn, every group is served once a round; the fair slice's
         "ahead" term keeps their usage in proportion. A group behind by
         more than that (back from idle) still goes first."""
-        group, usage, key = best
+        key = best[2]
         chosen = best
         for candidate in candidates:
-            other, other_usage, other_key = candidate
+            other, _, other_key = candidate
             if other_key[:2] != key[:2] or other_key[3] >= chosen[2][3]:
                 continue
             ahead = (other_key[2] - key[2]) * other.spec.request
