@@ -46,6 +46,17 @@ def group(tokend):
     return tokend.admin().create_group("g", request="50%", limit="100%", memory="64MiB")
 
 
+@pytest.fixture
+def holder_and_waiter(tokend, group):
+    """Two clients of the group; the waiter's calls go on its Calls stream.
+    (The clients are closed with the daemon.)"""
+    holder = tokend.shim_client("g", group.secret)
+    waiter = tokend.shim_client("g", group.secret)
+    stream = CallsStream(waiter)
+    yield holder, waiter, stream
+    stream.close()
+
+
 def test_every_call_answers_as_its_unary_method(tokend, group):
     client = tokend.shim_client("g", group.secret)
     stream = CallsStream(client)
@@ -88,60 +99,47 @@ def test_every_call_answers_as_its_unary_method(tokend, group):
         client.close()
 
 
-def test_a_waiting_acquire_lets_later_calls_through_and_ends_at_its_wait(tokend, group):
-    holder = tokend.shim_client("g", group.secret)
-    waiter = tokend.shim_client("g", group.secret)
-    stream = CallsStream(waiter)
-    try:
-        token = holder.acquire()
-        waiting = stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000), wait_ms=20000)
-        reserve = stream.send(reserve=client_pb2.ReserveMemoryRequest(bytes=MiB))
-        first = stream.answer()
-        assert (first.call_id, first.reserve.granted) == (reserve, True), "the reserve waited behind the acquire"
-        holder.release(token, used_us=1000)
-        granted = stream.answer()
-        assert granted.call_id == waiting and granted.code == 0 and granted.acquire.token_id > 0
-        stream.send(release=client_pb2.ReleaseTokenRequest(token_id=granted.acquire.token_id))
-        assert stream.answer().code == 0
+def test_a_waiting_acquire_lets_later_calls_through_and_ends_at_its_wait(holder_and_waiter):
+    holder, _, stream = holder_and_waiter
+    token = holder.acquire()
+    waiting = stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000), wait_ms=20000)
+    reserve = stream.send(reserve=client_pb2.ReserveMemoryRequest(bytes=MiB))
+    first = stream.answer()
+    assert (first.call_id, first.reserve.granted) == (reserve, True), "the reserve waited behind the acquire"
+    holder.release(token, used_us=1000)
+    granted = stream.answer()
+    assert granted.call_id == waiting and granted.code == 0 and granted.acquire.token_id > 0
+    stream.send(release=client_pb2.ReleaseTokenRequest(token_id=granted.acquire.token_id))
+    assert stream.answer().code == 0
 
-        # wait_ms ends the call as grpc-timeout ends the unary one (well
-        # within the holder's 100 ms quantum); the daemon forgets the
-        # waiter, so the next release does not grant it.
-        token = holder.acquire()
-        started = time.monotonic()
-        stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000), wait_ms=40)
-        late = stream.answer()
-        assert late.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0] and "wait_ms 40" in late.message, late
-        assert 0.035 < time.monotonic() - started < 5
-        holder.release(token, used_us=1000)
-        assert holder.acquire(timeout_ms=2000) > 0, "the abandoned waiter was granted the token"
-    finally:
-        stream.close()
-        holder.close()
-        waiter.close()
+    # wait_ms ends the call as grpc-timeout ends the unary one (well
+    # within the holder's 100 ms quantum); the daemon forgets the
+    # waiter, so the next release does not grant it.
+    token = holder.acquire()
+    started = time.monotonic()
+    stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000), wait_ms=40)
+    late = stream.answer()
+    assert late.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0] and "wait_ms 40" in late.message, late
+    assert 0.035 < time.monotonic() - started < 5
+    holder.release(token, used_us=1000)
+    assert holder.acquire(timeout_ms=2000) > 0, "the abandoned waiter was granted the token"
 
 
-def test_ending_the_stream_abandons_its_waiting_acquire(tokend, group):
-    holder = tokend.shim_client("g", group.secret)
-    waiter = tokend.shim_client("g", group.secret)
-    stream = CallsStream(waiter)
-    try:
-        admin = tokend.admin()
-        token = holder.acquire()
-        stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000))
-        wait_until = time.monotonic() + 10
-        while admin.status().waiting_client_ids != [waiter.public_id]:
-            assert time.monotonic() < wait_until, "the acquire never queued at the daemon"
-            time.sleep(0.02)
-        stream.cancel()
-        while admin.status().waiting_client_ids:
-            assert time.monotonic() < wait_until, "the cancelled stream's acquire still waits"
-            time.sleep(0.02)
-        holder.release(token, used_us=1000)
-        assert admin.status().holder_client_id in ("", holder.public_id)
-    finally:
-        holder.close()
-        waiter.close()
+def test_ending_the_stream_abandons_its_waiting_acquire(tokend, holder_and_waiter):
+    holder, waiter, stream = holder_and_waiter
+    admin = tokend.admin()
+    token = holder.acquire()
+    stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=20000))
+    wait_until = time.monotonic() + 10
+    while admin.status().waiting_client_ids != [waiter.public_id]:
+        assert time.monotonic() < wait_until, "the acquire never queued at the daemon"
+        time.sleep(0.02)
+    stream.cancel()
+    while admin.status().waiting_client_ids:
+        assert time.monotonic() < wait_until, "the cancelled stream's acquire still waits"
+        time.sleep(0.02)
+    holder.release(token, used_us=1000)
+    assert admin.status().holder_client_id in ("", holder.public_id)
 
 
 def test_a_malformed_call_ends_the_stream_with_invalid_argument(tokend, group):
