@@ -32,9 +32,11 @@ from results_io import Result, at_least, at_most, within
 
 
 def _run(groups: list[tuple[str, float, float, list[list[str]]]], seconds: float, warmup: float,
-         sample_every: float = 0.25) -> dict:
-    """groups: (name, request, limit, [workload args per process])."""
+         sample_every: float = 0.25, shim_env: dict | None = None) -> dict:
+    """groups: (name, request, limit, [workload args per process]); shim_env:
+    more environment for the workloads' shims."""
     with SharingExperiment(gpu="sim") as exp:
+        exp.sim_env.update(shim_env or {})
         for name, request, limit, processes in groups:
             # Each process's context is charged GSLICE_CONTEXT_RESERVE_MIB
             # (512 MiB by default): a quota of 1 GiB would refuse the third.
