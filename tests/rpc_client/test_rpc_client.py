@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import grpc
+import pytest
 from gslice.v1 import client_pb2
 
 from rpc_harness import CLIENT_SOURCES, HOOK, NANOPB_OUT, NANOPB_RUNTIME, PB_SOURCES, Driver
@@ -251,6 +252,8 @@ def test_control_stream_ending_makes_the_client_attach_again(tokend, start_drive
     assert fields[2] != client_id and fields[3] == "reconnect=1"
 
 
+# Refused before any call is made: the transport of calls plays no part.
+@pytest.mark.parametrize("tokend", ["calls-stream"], indirect=True)
 def test_refused_attach_is_reported_and_retried(tokend, start_driver):
     tokend.behaviour.attach_refusal = (grpc.StatusCode.UNAUTHENTICATED, "wrong secret for group 'g'")
     driver = start_driver()
