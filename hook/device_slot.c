@@ -50,7 +50,7 @@ static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
     s->first_attach_after_fork = false;
     pthread_mutex_unlock(&s->info_mu);
     /* A restarted tokend may number groups differently: take the slot anew. */
-    gs_gate_attach_doorbell(&s->gate, s->socket_path, info->doorbell_slot, info->priority);
+    gs_gate_attach_doorbell(&s->gate, s->socket_path, info->doorbell_slot, info->doorbell_client, info->priority);
     if (reconnect && !forked) {
         GS_WARN("re-attached to tokend at %s as a new client of group %s; any token was dropped",
                 s->socket_path, info->group);

@@ -78,6 +78,7 @@ void gs_gate_keeper_ask_locked(gs_gate *g);               /* keeper: a provision
 
 /* gate_handback.c */
 void gs_gate_hand_back(gs_gate *g, uint64_t free_at_ns);   /* holder, its slice ending (mu not held) */
+bool gs_gate_may_hand_back(gs_gate *g);                     /* would a handback be heard now? */
 bool gs_gate_ask_via_keeper_locked(gs_gate *g);           /* a waiter: the keeper carries its ask */
 void gs_gate_handback_heard_locked(gs_gate *g, uint64_t now);   /* listener */
 

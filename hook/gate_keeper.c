@@ -117,12 +117,21 @@ static void end_slice_locked(gs_gate *g, bool idle)
      * (refused, and from a GLOBAL-mode thread it invalidates the capture):
      * while one is active, wait for the newest checkpoint only. */
     gs_capture_thread_relaxed();
-    /* Nobody else waits (a capped group alone, not renewed): no next holder
-     * to overlap, and the tail would run uncharged in the group's own pause:
-     * up to a whole long kernel that passed on its launch countdown (no fit
-     * check, no checkpoint), so a 30% cap with 12.5 ms kernels got 41% of
-     * the GPU, charged 30%. Wait for all of it and charge it. */
-    bool drain = idle || lost || (!preempted && !gs_doorbell_contended(&g->doorbell));
+    /* Wait for all of this process's queued work, and charge it, when:
+     * - nobody else waits (a capped group alone, not renewed): no next
+     *   holder to overlap, and the tail would run uncharged in the group's
+     *   own pause: up to a whole long kernel that passed on its launch
+     *   countdown (no fit check, no checkpoint), so a 30% cap with 12.5 ms
+     *   kernels got 41% of the GPU, charged 30%;
+     * - long kernels are handed over and a handback will be heard: the
+     *   next group then starts the moment they end (gate_handback.c).
+     *   Their handover point leads their estimated end by the release's
+     *   round trip; a next group started there shared the GPU with the
+     *   tail, and an estimate a little short sliced a 400 ms kernel for
+     *   5-10 ms. */
+    bool handover = !lost && !idle && !preempted && gs_doorbell_grants_at_once(&g->doorbell);
+    bool long_handback = handover && gs_gate_work_item_us(g) && gs_gate_may_hand_back(g);
+    bool drain = idle || lost || long_handback || (!preempted && !gs_doorbell_contended(&g->doorbell));
     if (drain) {
         if (gs_capture_any())
             gs_gate_wait_newest_checkpoint(g);
@@ -132,14 +141,11 @@ static void end_slice_locked(gs_gate *g, bool idle)
     uint64_t end_ns = drain ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
     /* Tell the next group now, not through the release's round trip and
      * its grant's (gate_handback.c): when this process's work is done, or
-     * at the handover point of short kernels (its bounded tail is what
-     * tokend's at-once handover lets a next holder meet anyway). Not with
-     * long kernels: their handover point leads their end by the round
-     * trip, and a next group started there would share the GPU with them
-     * (a 400 ms kernel was sliced for 5-9 ms). Not at a preemption: tokend
-     * granted the preemptor already; with at-release its grant waits for
-     * the tail. */
-    if (!lost && (idle || (!preempted && gs_doorbell_grants_at_once(&g->doorbell) && !gs_gate_work_item_us(g))))
+     * at the handover point of short kernels while tokend hands over at
+     * once (their bounded tail is what an at-once handover lets a next
+     * holder meet anyway). Not at a preemption: tokend granted the
+     * preemptor already; with at-release its grant waits for the tail. */
+    if (!lost && (idle || long_handback || (handover && !gs_gate_work_item_us(g))))
         gs_gate_hand_back(g, end_ns);
     /* A renewed slice starts where the previous one's queued work ends,
      * which may still lie ahead when it ends at once. */

@@ -76,7 +76,8 @@ bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_e
 {
     uint64_t start, end;
     if (g->revoke_pending || g->wrap_up || now < g->anticipation_quiet_until_ns ||
-        !gs_doorbell_expected_preemption(&g->doorbell, now, &start, &end) || work_end_ns <= start)
+        !gs_doorbell_expected_preemption(&g->doorbell, now, g->head_start_at_handback, &start, &end) ||
+        work_end_ns <= start)
         return false;
     uint64_t bound = now + GS_GATE_ANTICIPATION_PAUSE_NS;
     if (!pause_slice_locked(g, end < bound ? end : bound))
@@ -119,7 +120,7 @@ static void on_doorbell(void *ctx)
     pthread_mutex_unlock(&g->mu);
 }
 
-void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority)
+void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, uint32_t client, int priority)
 {
-    gs_doorbell_attach(&g->doorbell, socket_path, slot, priority, on_doorbell, g);
+    gs_doorbell_attach(&g->doorbell, socket_path, slot, client, priority, on_doorbell, g);
 }

@@ -429,11 +429,22 @@ int32_t h2_connection_open_stream(h2_connection *conn, const char *path, void *s
     return submit_stream(conn, s, path, 0, err, err_cap);
 }
 
+static h2_stream *stream_taking_messages(h2_connection *conn, int32_t stream_id)
+{
+    h2_stream *s = find_stream(conn, stream_id);
+    return s && s->open_ended && !s->local_status ? s : NULL;
+}
+
+bool h2_connection_stream_open_for_messages(h2_connection *conn, int32_t stream_id)
+{
+    return stream_taking_messages(conn, stream_id) != NULL;
+}
+
 bool h2_connection_send_message(h2_connection *conn, int32_t stream_id, const uint8_t *framed,
                                 size_t len, char *err, size_t err_cap)
 {
-    h2_stream *s = find_stream(conn, stream_id);
-    if (!s || !s->open_ended || s->local_status) {
+    h2_stream *s = stream_taking_messages(conn, stream_id);
+    if (!s) {
         snprintf(err, err_cap, "stream %d is not open for messages", (int)stream_id);
         return false;
     }

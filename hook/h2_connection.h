@@ -51,6 +51,10 @@ int32_t h2_connection_start_call(h2_connection *conn, const char *path, const ui
 int32_t h2_connection_open_stream(h2_connection *conn, const char *path, void *stream_ctx,
                                   char *err, size_t err_cap);
 
+/* Whether a stream from h2_connection_open_stream still takes messages:
+ * false once it is closed, or reset by us and not yet closed. */
+bool h2_connection_stream_open_for_messages(h2_connection *conn, int32_t stream_id);
+
 /* Queues one framed gRPC message (copied) on a stream from
  * h2_connection_open_stream; it leaves with the next flush. false with err
  * set when the stream is gone or memory is short. */

@@ -36,12 +36,13 @@
  *     runs one kernel at a time, the preemptor would otherwise wait for
  *     that kernel's rest, half a kernel on average;
  *   - tokend writes `next_slot`, the group it would grant if the holder
- *     released now; a holder whose slice ends (idle, or at its handover
- *     point) hands back: writes its slot and when its work ends, bumps
- *     `ring_seq` and wakes the listeners, then sends its ReleaseToken. A
- *     waiting process of the next group starts on a provisional slice at
- *     once (gate_handback.c), not after that round trip and its grant's
- *     (~0.5-1 ms of idle GPU at every handover).
+ *     released now, and `next_client`, which of its waiters; a holder
+ *     whose slice ends (idle, or at its handover point) hands back: writes
+ *     its slot and when its work ends, bumps `ring_seq` and wakes the
+ *     listeners, then sends its ReleaseToken. The waiting process named
+ *     next starts on a provisional slice at once (gate_handback.c), not
+ *     after that round trip and its grant's (~0.5-1 ms of idle GPU at
+ *     every handover).
  * Nothing here grants anything: the waiter still waits for tokend's grant,
  * and a pause is charged to the holder like any part of its slice. A ring
  * tokend does not follow with a Revoke costs the holder at most the pause
@@ -100,7 +101,9 @@ typedef struct gs_doorbell_page {
     _Atomic uint32_t handback_slot; /* 4036 the last holder to hand back: its group slot + 1 */
     _Atomic uint64_t handback_ns;   /* 4040 when it handed back (CLOCK_MONOTONIC) */
     _Atomic uint64_t handback_free_ns; /* 4048 when its queued work ends (>= handback_ns) */
-    uint8_t reserved[40];           /* 4056 zeros */
+    _Atomic uint32_t next_client;   /* 4056 tokend: which waiter of next_slot's group it grants (its
+                                     *      AttachReply.doorbell_client; 0: any, as from an older daemon) */
+    uint8_t reserved[36];           /* 4060 zeros */
 } gs_doorbell_page;
 
 _Static_assert(sizeof(gs_doorbell_page) == GS_DOORBELL_SIZE, "doorbell page layout");
@@ -108,6 +111,7 @@ _Static_assert(sizeof(gs_doorbell_page) == GS_DOORBELL_SIZE, "doorbell page layo
 typedef struct gs_doorbell {
     _Atomic(gs_doorbell_page *) page;   /* NULL: no doorbell (old tokend, not writable) */
     _Atomic uint32_t slot;              /* this process's group slot + 1 (from Attach); 0: none */
+    _Atomic uint32_t client;            /* its number for next_client (from Attach); 0: none */
     _Atomic int priority;               /* its group's class (from Attach) */
     void (*on_ring)(void *ctx);         /* run on the listener thread for every ring */
     void *ctx;
@@ -119,8 +123,9 @@ typedef struct gs_doorbell {
 /* Map the doorbell beside socket_path (once per process; later calls only
  * update the slot, e.g. after a reconnect) and start the listener thread.
  * slot: AttachReply.doorbell_slot (0: tokend offers none: nothing is
- * mapped). Returns whether the doorbell is usable. */
-bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, int priority,
+ * mapped); client: AttachReply.doorbell_client. Returns whether the
+ * doorbell is usable. */
+bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, uint32_t client, int priority,
                         void (*on_ring)(void *ctx), void *ctx);
 /* About to ask for a token: ring when tokend says this group would preempt
  * the holder. Returns whether it rang. */
@@ -140,9 +145,15 @@ bool gs_doorbell_outranking_ring_within(gs_doorbell *d, uint64_t now_ns, uint64_
  * work ends, bumps `ring_seq` and wakes the listeners. Returns whether it
  * did (a page that carries the handback, this group the holder, a next). */
 bool gs_doorbell_hand_back(gs_doorbell *d, uint64_t free_at_ns);
+/* Would gs_doorbell_hand_back be heard now (the same checks, nothing
+ * written)? */
+bool gs_doorbell_may_hand_back(gs_doorbell *d);
 /* On the listener thread: is there a fresh handback, newer than *seen_ns,
  * from the holder tokend still names (or to this group, granted
- * meanwhile), to this process's group as tokend's next? Then *seen_ns is
+ * meanwhile), to this process's group as tokend's next, and to this
+ * process when tokend names the waiter (the others of its group wait for
+ * their grant: all starting at once, they time-sliced the GPU among
+ * themselves until the grant picked one)? Then *seen_ns is
  * moved past it and *free_at_ns says when the GPU is free of its work. */
 bool gs_doorbell_handed_to_this_group(gs_doorbell *d, uint64_t now_ns, uint64_t *seen_ns, uint64_t *free_at_ns);
 /* Does the page carry the handback, and does someone hold the token (so an
@@ -161,8 +172,10 @@ bool gs_doorbell_contended(gs_doorbell *d);
  * queue delays nobody it would not delay anyway). */
 bool gs_doorbell_queue_bounded(gs_doorbell *d);
 /* The window in which tokend expects a preemptor of this process's group
- * (the holder's) to ask: true and [*start_ns, *end_ns] when there is one
- * that has not ended at now_ns. */
-bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, uint64_t *start_ns, uint64_t *end_ns);
+ * (the holder's; or, started_at_handback, of the holder that handed back
+ * to it) to ask: true and [*start_ns, *end_ns] when there is one that has
+ * not ended at now_ns. */
+bool gs_doorbell_expected_preemption(gs_doorbell *d, uint64_t now_ns, bool started_at_handback, uint64_t *start_ns,
+                                     uint64_t *end_ns);
 
 #endif

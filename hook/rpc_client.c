@@ -353,7 +353,10 @@ static bool start_stream(gs_rpc *rpc, rpc_call *call)
     if (client_id)
         memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
     uint8_t framed[REQUEST_MAX_BYTES];
-    bool on_call_stream = is_stream_call(call->method) && rpc->call_stream_id > 0;
+    /* A stream we reset (a malformed answer) takes no more calls, though
+     * its close is still to come: those go unary meanwhile. */
+    bool on_call_stream = is_stream_call(call->method) && rpc->call_stream_id > 0 &&
+                          h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
     uint32_t call_id = 0;
     if (on_call_stream && (call_id = ++rpc->last_stream_call_id) == 0)
         call_id = ++rpc->last_stream_call_id; /* 0 means "not on the stream" */
@@ -489,6 +492,7 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     snprintf(info->public_id, sizeof info->public_id, "%s", r->public_id);
     info->on_daemon_loss = (int)r->on_daemon_loss;
     info->doorbell_slot = r->doorbell_slot;
+    info->doorbell_client = r->doorbell_client;
     info->lease_at_start = r->lease_at_start;
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 

@@ -50,6 +50,7 @@ typedef struct gs_attach_info {
     char public_id[32];        /* how tokend's status and logs name this client */
     int on_daemon_loss;        /* the operator's DaemonLossPolicy for the group */
     uint32_t doorbell_slot;    /* the group's preemption doorbell slot + 1; 0: none */
+    uint32_t doorbell_client;  /* this client's number on the doorbell page; 0: none */
     bool lease_at_start;       /* the daemon offers a free token as a lease (AttachReply.lease_at_start) */
 } gs_attach_info;
 

@@ -335,8 +335,9 @@ uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);
 void gs_gate_on_revoke(gs_gate *g, uint64_t token_id, bool preemption);
 void gs_gate_on_connection_lost(gs_gate *g);
 /* Attached (again): map this GPU's preemption doorbell and take the group's
- * slot (AttachReply.doorbell_slot; 0: none); priority: the group's class. */
-void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, int priority);
+ * slot (AttachReply.doorbell_slot; 0: none) and this client's number
+ * (AttachReply.doorbell_client); priority: the group's class. */
+void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, uint32_t client, int priority);
 /* After the application's own synchronisation returned (gate_burst_end.c):
  * a bursty holder with nothing left on the GPU is checked for idleness now. */
 void gs_gate_after_app_sync(void);

@@ -86,6 +86,7 @@ class ClientSession:
     pid: int
     process_name: str
     attached_at: float  # wall clock, for display
+    doorbell_client: int = 0  # its number on the doorbell page (AttachReply.doorbell_client)
     control_queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     control_open: bool = False
     pending_grant: asyncio.Future | None = None
@@ -207,10 +208,13 @@ class Coordinator:
         holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
         now = time.monotonic()
         preemptors = self.scheduler.preemptors(now)
+        next_waiter = self.scheduler.next_on_release(now)
+        next_session = self.sessions.get(next_waiter) if next_waiter is not None else None
         self.doorbell.publish(holder_group, preemptors, others_waiting=self.scheduler.others_waiting(),
                               expected=self.scheduler.expected_preemption(now, preemptors),
                               holder_outranks=self.scheduler.holder_outranks_waiters(now),
-                              next_group=self.scheduler.next_on_release(now))
+                              next_group=self.scheduler.client_group(next_waiter) if next_waiter is not None else None,
+                              next_client=next_session.doorbell_client if next_session is not None else 0)
 
     def _rang(self, client_id: str) -> bool:
         """Its request rang the doorbell: the holder stopped already (the
@@ -362,9 +366,11 @@ class Coordinator:
             raise
         self._on_reclaimed(superseded)
         public_id = f"c{self._next_public}"
+        doorbell_client = self._next_public % 2**32 or 1  # a u32 on the page, never 0 ("any waiter")
         self._next_public += 1
         process_name = printable(request.process_name)
-        session = ClientSession(client_id, public_id, request.group, request.pid, process_name, time.time())
+        session = ClientSession(client_id, public_id, request.group, request.pid, process_name, time.time(),
+                                doorbell_client)
         self.sessions[client_id] = session
         self._by_public_id[public_id] = session
         self._members[request.group][client_id] = session
@@ -384,6 +390,7 @@ class Coordinator:
             grace_us=round(self.config.grace * 1e6), priority=int(spec.priority),
             on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT),
             doorbell_slot=self.doorbell.slot(request.group) if self.doorbell is not None else 0,
+            doorbell_client=doorbell_client if self.doorbell is not None else 0,
             lease_at_start=self.config.lease_at_start)
 
     def _drop_if_no_control(self, client_id: str) -> None:

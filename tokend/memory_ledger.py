@@ -195,7 +195,7 @@ class MemoryLedger:
         nbytes = _check_bytes("release size", nbytes, 1)
         if nbytes > client.used:
             raise InvalidArgument(
-                f"release of {nbytes} bytes by client {client_id!r} is invalid: it holds only {client.used} bytes"
+                f"release of {nbytes} bytes is invalid: this client holds only {client.used} bytes"
             )
         client.used -= nbytes
         client.group.used -= nbytes

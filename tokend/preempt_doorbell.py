@@ -27,12 +27,16 @@ VERSION = 1
 SIZE = 4096
 FLAGS_OFFSET = 64
 # The last 64 bytes carry the handback (hook/gate_handback.c): tokend writes
-# the group it grants when the holder releases (`next_slot`); a holder whose
-# slice ends writes its slot and times there. The header's `slots` says how
+# the group it grants when the holder releases (`next_slot`) and which of its
+# waiters (`next_client`); a holder whose slice ends writes its slot and
+# times there. The header's `slots` says how
 # many flags are in use, so a shim reads no flag there.
 HANDBACK_OFFSET = 4032
 SLOTS = HANDBACK_OFFSET - FLAGS_OFFSET
 _NEXT_SLOT_OFFSET = HANDBACK_OFFSET
+# The waiter that group's slot names (AttachReply.doorbell_client; 0: any of
+# its waiters, as from a daemon older than the field).
+_NEXT_CLIENT_OFFSET = HANDBACK_OFFSET + 24
 _HEADER = struct.Struct("<III")         # magic, version, slots
 _U32 = struct.Struct("<I")
 # 1: every group waiting is of a lower class than the holder's (tokend renews
@@ -79,6 +83,7 @@ class PreemptDoorbell:
         self._outranks = False
         self._expected = (0, 0)
         self._next_slot = 0
+        self._next_client = 0
 
     def _clear(self) -> None:
         """Holder, contended, holder-outranks, grants-at-once, the expected
@@ -114,14 +119,14 @@ class PreemptDoorbell:
 
     def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False,
                 expected: tuple[float, float] | None = None, holder_outranks: bool = False,
-                next_group: str | None = None) -> None:
+                next_group: str | None = None, next_client: int = 0) -> None:
         """The holder's group, the groups that would preempt it now, whether
         another group waits (with a preemptor: `contended`), the window
         (time.monotonic seconds) in which a preemptor is expected to ask,
         whether the holder outranks every waiting group (written only with
         no preemptor flagged or expected), and the group granted if the
-        holder released now (its waiting process may start at the holder's
-        handback)."""
+        holder released now with the number of its waiter that is granted
+        (that process may start at the holder's handback)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder, so a shim usually sees the flags that
@@ -146,6 +151,10 @@ class PreemptDoorbell:
             self._map[_HOLDER_OUTRANKS_OFFSET:_HOLDER_OUTRANKS_OFFSET + 4] = _U32.pack(int(outranks))
             self._outranks = outranks
         next_slot = self.slot(next_group) if next_group is not None and holder else 0
+        next_client = next_client if next_slot else 0
+        if next_client != self._next_client:  # before the slot: a reader pairs a new slot with its waiter
+            self._map[_NEXT_CLIENT_OFFSET:_NEXT_CLIENT_OFFSET + 4] = _U32.pack(next_client)
+            self._next_client = next_client
         if next_slot != self._next_slot:
             self._map[_NEXT_SLOT_OFFSET:_NEXT_SLOT_OFFSET + 4] = _U32.pack(next_slot)
             self._next_slot = next_slot
@@ -172,6 +181,10 @@ class PreemptDoorbell:
     def read_next_slot(self) -> int:
         """The group slot + 1 published as next on release (tests)."""
         return _U32.unpack_from(self._map, _NEXT_SLOT_OFFSET)[0]
+
+    def read_next_client(self) -> int:
+        """The waiter published as next on release, by its doorbell number (tests)."""
+        return _U32.unpack_from(self._map, _NEXT_CLIENT_OFFSET)[0]
 
     def read_handback(self) -> tuple[int, int, int]:
         """(slot + 1, handback_ns, free_ns) of the last handback (tests)."""

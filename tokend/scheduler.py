@@ -605,7 +605,7 @@ class Scheduler:
         holding = self._holding
         if holding is not None and holding.client is client and not holding.leased:
             raise FailedPrecondition(
-                f"client {client_id!r} already holds token {holding.token_id}: release it before requesting again"
+                f"this client already holds token {holding.token_id}: release it before requesting again"
             )
         work_item = self._check_work_item(work_item)
         now = self._clock(now)
@@ -682,7 +682,7 @@ class Scheduler:
             else:
                 held = "it holds no token"
             raise FailedPrecondition(
-                f"client {client.client_id!r} does not hold token {token_id!r} ({held}): already released"
+                f"this client does not hold token {token_id!r} ({held}): already released"
             )
         return holding
 
@@ -1541,16 +1541,16 @@ class Scheduler:
         return best is None or self._outranks(group, self._holder_key_tier(now, holding), best[0], best[2][0])
 
     def next_on_release(self, now: float) -> str | None:
-        """The group whose first waiter is granted if the holder released
-        now (None: nobody holds, or nobody would be granted). Published on
-        the doorbell page: at the holder's handback that waiter starts
-        before its grant (hook/gate_handback.c), a hint like the flags: a
-        later event may pick another, whose provisional slice then waits
-        out its bound."""
+        """The waiter granted if the holder released now: the first in line
+        of the group served next (None: nobody holds, or nobody would be
+        granted). Published on the doorbell page: at the holder's handback
+        that waiter starts before its grant (hook/gate_handback.c), a hint
+        like the flags: a later event may pick another, whose provisional
+        slice then waits out its bound."""
         if self._holding is None:
             return None
         best = self._candidate(self._clock(now))
-        return None if best is None else best[0].name
+        return None if best is None else next(iter(best[0].waiters))
 
     def others_waiting(self) -> bool:
         """Does a client of a group other than the holder's wait (any waiter

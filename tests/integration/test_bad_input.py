@@ -117,6 +117,8 @@ def test_every_bad_input_gets_its_status_is_counted_and_changes_nothing(setup):
             call()
         assert info.value.code().name == code, (method, message, info.value.details())
         assert message in info.value.details(), (method, info.value.details())
+        # The client_id is a credential: logged at debug, a message must not carry it.
+        assert env["holder"].client_id not in info.value.details(), (method, info.value.details())
         assert snapshot(env) == before, f"{method} ({message}) changed the state"
         assert tokend.metric_value("gslice_bad_requests_total", method=method, code=code) == counted_before + 1, \
             (method, code)

@@ -79,10 +79,12 @@ def test_python_constants_mirror_the_c_header():
                        "ring_ns": 24, "holder_slot": 32, "ring_priority": 36, "contended": 40, "grants_at_once": 44,
                        "expected_start_ns": 48, "expected_end_ns": 56,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET, "next_slot": preempt_doorbell.HANDBACK_OFFSET,
-                       "handback_slot": 4036, "handback_ns": 4040, "handback_free_ns": 4048, "reserved": 4056}
+                       "handback_slot": 4036, "handback_ns": 4040, "handback_free_ns": 4048, "next_client": 4056,
+                       "reserved": 4060}
     assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
     assert preempt_doorbell._GRANTS_AT_ONCE_OFFSET == OFFSETS["grants_at_once"]
     assert preempt_doorbell._HOLDER_OUTRANKS_OFFSET == OFFSETS["holder_outranks"]
+    assert preempt_doorbell._NEXT_CLIENT_OFFSET == OFFSETS["next_client"]
 
 
 def test_new_page_has_the_header_and_nothing_else(doorbell):
@@ -306,9 +308,10 @@ def test_close_clears_flags_and_holder_and_leaves_the_file(tmp_path):
 
 def test_publish_writes_the_next_group_only_while_someone_holds(doorbell):
     page_path = doorbell.path
-    doorbell.publish("a", frozenset(), others_waiting=True, next_group="b")
+    doorbell.publish("a", frozenset(), others_waiting=True, next_group="b", next_client=7)
     assert _u32(_page(page_path), "next_slot") == doorbell.slot("b") == doorbell.read_next_slot()
-    doorbell.publish("a", frozenset(), others_waiting=False, next_group=None)
-    assert _u32(_page(page_path), "next_slot") == 0
-    doorbell.publish(None, frozenset(), next_group="b")  # no holder: a waiter is granted at once
-    assert _u32(_page(page_path), "next_slot") == 0
+    assert _u32(_page(page_path), "next_client") == 7 == doorbell.read_next_client()
+    doorbell.publish("a", frozenset(), others_waiting=False, next_group=None, next_client=7)
+    assert _u32(_page(page_path), "next_slot") == 0 and _u32(_page(page_path), "next_client") == 0
+    doorbell.publish(None, frozenset(), next_group="b", next_client=7)  # no holder: a waiter is granted at once
+    assert _u32(_page(page_path), "next_slot") == 0 and _u32(_page(page_path), "next_client") == 0

@@ -241,21 +241,26 @@ def test_a_low_holder_does_not_outrank_a_waiting_higher_class():
     assert s.holder_outranks_waiters(0.01) is False
 
 
-def test_next_on_release_names_the_group_the_release_grants():
-    # Published on the doorbell page: at the holder's handback that group's
-    # waiter starts before its grant (hook/gate_handback.c).
+def test_next_on_release_names_the_waiter_the_release_grants():
+    # Published on the doorbell page: at the holder's handback that waiter
+    # (not every waiter of its group) starts before its grant
+    # (hook/gate_handback.c).
     s = scheduler(("hi", 0.3, 1.0, HIGH, ["h1"]), ("mid", 0.3, 1.0, NORMAL, ["m1"]),
-                  ("lo", 0.3, 1.0, LOW, ["l1"]))
+                  ("lo", 0.3, 1.0, LOW, ["l1", "l2"]))
     assert s.next_on_release(0.0) is None  # nobody holds
     [grant] = s.request("h1", 0.0)
     assert s.next_on_release(0.001) is None  # nobody waits
-    s.request("l1", 0.001)
-    assert s.next_on_release(0.002) == "lo"
+    s.request("l2", 0.001)
+    s.request("l1", 0.0015)
+    assert s.next_on_release(0.002) == "l2"  # first in line in its group
     s.request("m1", 0.002)
-    assert s.next_on_release(0.003) == "mid"  # a higher class goes first
+    assert s.next_on_release(0.003) == "m1"  # a higher class goes first
     decisions = s.release("h1", grant.token_id, 0.003, 0.003, idle=True)
     assert [d.client_id for d in decisions if isinstance(d, Grant)] == ["m1"]
-    assert s.next_on_release(0.004) == "lo"
+    assert s.next_on_release(0.004) == "l2"
+    [grant] = [d for d in s.release("m1", decisions[-1].token_id, 0.001, 0.005, idle=True) if isinstance(d, Grant)]
+    assert grant.client_id == "l2"
+    assert s.next_on_release(0.006) == "l1"  # the next of its group, the only one waiting
 
 
 def test_next_on_release_is_none_when_the_release_grants_nobody():
