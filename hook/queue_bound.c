@@ -140,7 +140,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
      * tenant's p99 paid about 5% for it). Nor when it outranks every group
      * waiting (a high-priority burst beside low-priority work: its launches
      * paced one by one came out at 1.5-2x its p99). Short kernels need no
-     * wrap-up or anticipation either. */
+     * wrap-up, nor anticipation while nobody else wants the GPU. */
     bool contended = queue_bounded(g);
     bool long_kernel = kernel_us >= GS_GATE_LONG_KERNEL_US;
 #ifndef GSLICE_TEST_CUT_UNMEASURED_ONE_AT_A_TIME   /* test-only build (hook/build.py TEST_CUTS) */
@@ -188,6 +188,18 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
                          (long long)((int64_t)(queued_end + kernel_ns - deadline) / 1000));
                 pthread_cond_signal(&g->keeper_wake);
             }
+        }
+        pthread_mutex_unlock(&g->mu);
+    } else if (contended) {
+        /* Short kernels too: a burst expected soon should find the queue
+         * drained, not a tail plus a context switch (p50 -0.13 ms beside
+         * 0.25 ms neighbours, calibrated simulated GPU, busy unchanged).
+         * Their whole batch waits: it is short, and what is queued then
+         * ends about when the window opens. */
+        pthread_mutex_lock(&g->mu);
+        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
+            pthread_mutex_unlock(&g->mu);
+            return;
         }
         pthread_mutex_unlock(&g->mu);
     }

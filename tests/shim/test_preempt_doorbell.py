@@ -27,10 +27,10 @@ def _groups(tokend):
     return admin, low, high
 
 
-def _holder_loop(runner, tokend, low, seconds):
+def _holder_loop(runner, tokend, low, seconds, kernel_ns=2 * MS):
     """A low-priority process saturating the GPU with 2 ms kernels, logging
     its gate's decisions (debug lines carry CLOCK_MONOTONIC)."""
-    holder = runner.start("loop", "driver", seconds, 2 * MS, 0,
+    holder = runner.start("loop", "driver", seconds, kernel_ns, 0,
                           **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
     wait_for_line(holder, "ready=1")
     return holder
@@ -168,12 +168,12 @@ def test_rings_no_revoke_follows_cost_one_bounded_pause_each_quiet_period(runner
     assert int(stats["launched"]) > 0
 
 
-def _periodic_high_beside_low_holder(runner, tokend):
+def _periodic_high_beside_low_holder(runner, tokend, kernel_ns=2 * MS):
     """A high-priority process bursting (8 x 0.5 ms, sync, think 20 ms) for
-    2.5 s beside a low-priority holder of 2 ms kernels. Returns the holder's
-    counters and its debug log."""
+    2.5 s beside a low-priority holder of 2 ms kernels (kernel_ns). Returns
+    the holder's counters and its debug log."""
     admin, low, high = _groups(tokend)
-    holder = _holder_loop(runner, tokend, low, 4)
+    holder = _holder_loop(runner, tokend, low, 4, kernel_ns)
     time.sleep(0.3)
     rc, out, err = runner.run("bursts", "driver", 2.5, MS // 2, 8, 20, **group_env(tokend, "high", high.secret))
     assert rc == 0, err
@@ -183,12 +183,14 @@ def _periodic_high_beside_low_holder(runner, tokend):
     return parse_kv(out_text), err_text
 
 
-def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend):
+@pytest.mark.parametrize("kernel_ns", [2 * MS, MS // 4], ids=["2ms", "0.25ms"])
+def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend, kernel_ns):
     """Once tokend has seen the bursts' period it publishes when the next is
-    expected: the holder starts no 2 ms kernel that would run into it (an
-    anticipation pause), and the ring that follows turns that pause into a
-    ring's, ended by the Revoke of the same token."""
-    stats, err_text = _periodic_high_beside_low_holder(runner, tokend)
+    expected: the holder starts no kernel that would run into it (an
+    anticipation pause: a 2 ms kernel, or a batch of 0.25 ms ones), and the
+    ring that follows turns that pause into a ring's, ended by the Revoke of
+    the same token."""
+    stats, err_text = _periodic_high_beside_low_holder(runner, tokend, kernel_ns)
     assert int(stats["shim_anticipation_pauses"]) >= 1, err_text
     # A slice renewed during the pause keeps it under its new token id.
     renewed = {int(a): int(b) for a, b in re.findall(r"token (\d+) renewed as (\d+)", err_text)}
