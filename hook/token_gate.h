@@ -14,7 +14,8 @@
  * preemption doorbell (preempt_doorbell.h) closes the gate ahead of the
  * Revoke but keeps the token: a pause of at most GS_GATE_DOORBELL_PAUSE_NS.
  * When tokend expects such a ring (a periodic preemptor), a long kernel
- * that would run into it is not started: the same pause, begun before the
+ * (or, while contended, a batch of short ones) that would run into it is
+ * not started: the same pause, begun before the
  * ring ("anticipation", at most GS_GATE_ANTICIPATION_PAUSE_NS). At quantum
  * expiry it first asks tokend to renew the slice (RenewToken): when nobody
  * else would be served the slice goes on with the gate open, no drain, no
@@ -105,8 +106,8 @@ struct gs_rpc;
  * Revoke comes, so a tenant ringing at will costs a holder at most 3% of
  * its time. */
 #define GS_GATE_DOORBELL_QUIET_NS 100000000ull
-/* Anticipation: a long kernel that would still run when tokend expects a
- * preemptor to ask (its window on the doorbell page) is not started; the
+/* Anticipation: work (a long kernel; a batch of short ones while
+ * contended) that would still run when tokend expects a preemptor to ask (its window on the doorbell page) is not started; the
  * pause ends at the ring (a ring pause then), at the window's end, or
  * after this long at most ... */
 #define GS_GATE_ANTICIPATION_PAUSE_NS 5000000ull
@@ -174,7 +175,7 @@ typedef struct gs_gate_stats {
     uint64_t doorbell_pauses;      /* slices paused by a ring */
     uint64_t doorbell_unanswered;  /* ... that no Revoke followed within the bound */
     uint64_t doorbell_rings;       /* rings this process sent */
-    uint64_t anticipation_pauses;  /* long kernels held back for an expected preemptor */
+    uint64_t anticipation_pauses;  /* launches held back for an expected preemptor */
     uint64_t anticipation_lapses;  /* ... that did not ring before the window's end */
     uint64_t head_starts;          /* bursts started at their ring, before the grant */
     uint64_t head_start_refusals;  /* ... whose ask then failed (the gate closed) */

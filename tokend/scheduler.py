@@ -156,9 +156,9 @@ preemption, expiry or busy release starts the count afresh). When the last
 longest period (plus ``_EXPECTED_SLACK``) after the latest.
 ``expected_preemption`` gives the earliest such window of a group that
 would preempt the holder (``preemptors``); tokend publishes it and the
-holder's shim starts no long kernel that would still run when it opens (on
-a GPU that runs one kernel at a time, the preemptor would otherwise wait
-for that kernel's rest). A hint only: no decision here depends on it; it
+holder's shim starts no work that would still run when it opens (on a GPU
+that runs one context at a time, the preemptor would otherwise wait for
+that work's rest). A hint only: no decision here depends on it; it
 costs the holder's group the GPU time left idle before the arrival, at
 most a kernel plus the window.
 
