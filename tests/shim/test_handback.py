@@ -24,27 +24,42 @@ from shim_harness import group_env, parse_kv, wait_for_line
 MS = 1_000_000  # ns
 
 
-def _gaps_after_bursts(burst_runs, neighbour_runs) -> list[int]:
-    """Per burst (kernels more than 5 ms apart start a new one): its last
-    kernel's end to the neighbour's next kernel's start, ns."""
+def _burst_ends(burst_runs) -> list[int]:
+    """Each burst's last kernel's end, ns (kernels more than 5 ms apart
+    start a new burst)."""
     ends, last_end = [], None
     for run in sorted(burst_runs, key=lambda r: r.start_ns):
         if last_end is not None and run.start_ns - last_end > 5 * MS:
             ends.append(last_end)
         last_end = run.end_ns if last_end is None else max(last_end, run.end_ns)
+    return ends
+
+
+def _gaps_after_bursts(burst_runs, neighbour_runs) -> list[int]:
+    """Per burst: its last kernel's end to the neighbour's next kernel's
+    start, ns."""
     starts = sorted(r.start_ns for r in neighbour_runs)
     gaps = []
-    for end in ends:
+    for end in _burst_ends(burst_runs):
         later = [s for s in starts if s >= end]
         if later:
             gaps.append(later[0] - end)
     return gaps
 
 
+def _neighbours_launching_after_bursts(burst_runs, runs_by_neighbour, within_ns: int) -> list[int]:
+    """Per burst: how many neighbour processes had a kernel reach the driver
+    within `within_ns` of its end. One slice at a time, only the process
+    holding its group's slice launches there."""
+    return [sum(any(end <= run.enqueued_ns < end + within_ns for run in runs) for runs in runs_by_neighbour)
+            for end in _burst_ends(burst_runs)]
+
+
 def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1,
-                               **setting) -> tuple[dict, list[dict], float]:
-    """One run: the processes' counters (the neighbours' in a list) and the
-    median gap (us) after a burst."""
+                               **setting) -> tuple[dict, list[dict], float, list[int]]:
+    """One run: the processes' counters (the neighbours' in a list), the
+    median gap (us) after a burst, and per burst how many neighbours
+    launched within the provisional slice's bound (2 ms) of its end."""
     from gslice.simgpu import kernel_trace
 
     admin = tokend.admin()
@@ -71,21 +86,22 @@ def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1,
         assert neighbour.returncode == 0, err_text
         outs.append(parse_kv(out_text))
     assert int(burst_out["bursts"]) >= 20, burst_out
-    neighbour_runs = [run for neighbour in looping for run in kernel_trace.read(trace_dir, neighbour.pid)]
-    gaps = _gaps_after_bursts(kernel_trace.read(trace_dir, bursting.pid), neighbour_runs)
+    burst_runs = kernel_trace.read(trace_dir, bursting.pid)
+    runs_by_neighbour = [kernel_trace.read(trace_dir, neighbour.pid) for neighbour in looping]
+    gaps = _gaps_after_bursts(burst_runs, [run for runs in runs_by_neighbour for run in runs])
     assert len(gaps) >= 15, gaps
-    return burst_out, outs, statistics.median(gaps) / 1e3
+    return (burst_out, outs, statistics.median(gaps) / 1e3,
+            _neighbours_launching_after_bursts(burst_runs, runs_by_neighbour, 2 * MS))
 
 
 def test_the_neighbour_starts_at_the_bursts_handback_not_at_its_grant(runner, tokend, tmp_path):
-    burst, [neighbour], gap_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
-    burst_off, [neighbour_off], gap_off_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off",
-                                                                        GSLICE_HANDBACK=0)
+    burst, [neighbour], gap_us, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
+    burst_off, [neighbour_off], gap_off_us, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off",
+                                                                           GSLICE_HANDBACK=0)
     print(f"GPU idle after a burst, median: {gap_us:.0f} us with the handback, {gap_off_us:.0f} us without")
     bursts = int(burst["bursts"])
     assert int(burst["shim_handbacks_sent"]) >= bursts // 2, burst
     assert int(neighbour["shim_handback_starts"]) >= bursts // 2, neighbour
-    assert int(neighbour["shim_handback_lapses"]) <= bursts // 10, neighbour
     assert int(burst_off["shim_handbacks_sent"]) == 0 and int(neighbour_off["shim_handback_starts"]) == 0
     assert gap_us < gap_off_us
 
@@ -95,18 +111,22 @@ def test_only_the_waiter_tokend_names_starts_at_a_handback(runner, tokend, tmp_p
     # grants one (its first in line) and names it on the page. Had both
     # started, they would share the GPU until the grant, and the other's
     # provisional slice would lapse (then it ignores handbacks for 100 ms).
-    burst, neighbours, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "two", neighbours=2)
+    # Read from the kernel trace, not the lapse count: a grant later than
+    # the provisional bound on a busy machine is a lapse too.
+    burst, neighbours, _, launching = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "two", neighbours=2)
     bursts = int(burst["bursts"])
     starts = sum(int(n["shim_handback_starts"]) for n in neighbours)
     lapses = sum(int(n["shim_handback_lapses"]) for n in neighbours)
-    print(f"{bursts} bursts: {starts} handback starts, {lapses} lapsed")
+    one, both = launching.count(1), launching.count(2)
+    print(f"{bursts} bursts: {starts} handback starts, {lapses} lapsed; "
+          f"within 2 ms of a burst's end one waiter launched after {one}, both after {both}")
     assert starts >= bursts // 2, neighbours
-    assert lapses <= bursts // 10, neighbours
+    assert both <= (one + both) // 10, launching
 
 
 def test_a_bursts_slice_ends_at_its_own_synchronisation(runner, tokend, tmp_path):
-    burst, _, gap_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
-    burst_off, _, gap_off_us = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off", GSLICE_BURST_END=0)
+    burst, _, gap_us, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "on")
+    burst_off, _, gap_off_us, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "off", GSLICE_BURST_END=0)
     print(f"GPU idle after a burst, median: {gap_us:.0f} us ending at the sync, {gap_off_us:.0f} us at idle checks")
     assert int(burst["shim_burst_ends"]) >= int(burst["bursts"]) // 2, burst
     assert int(burst_off["shim_burst_ends"]) == 0, burst_off
