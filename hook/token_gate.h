@@ -95,7 +95,9 @@ struct gs_rpc;
 #define GS_GATE_DOORBELL_PAUSE_NS 3000000ull
 /* Head start (gate_head_start.c): a ringer launches before its grant for at
  * most this long (the round trip takes ~0.1-1 ms); later launches wait for
- * the grant. Its provisional slice's quantum until the grant says more. */
+ * the grant. Its provisional slice's quantum until the grant says more.
+ * tokend names no waiter on the page whose work items are longer
+ * (tokend/scheduler.py, PROVISIONAL_SLICE_MAX): it would not start. */
 #define GS_GATE_HEAD_START_MAX_NS 2000000ull
 #define GS_GATE_HEAD_START_QUANTUM_US 100000u
 /* Handback (gate_handback.c): a started slice that tokend did not grant
@@ -107,9 +109,10 @@ struct gs_rpc;
  * its time. */
 #define GS_GATE_DOORBELL_QUIET_NS 100000000ull
 /* Anticipation: work (a long kernel; a batch of short ones while
- * contended) that would still run when tokend expects a preemptor to ask (its window on the doorbell page) is not started; the
- * pause ends at the ring (a ring pause then), at the window's end, or
- * after this long at most ... */
+ * contended) that would still run when tokend expects a preemptor to ask
+ * (its window on the doorbell page) is not started; the pause ends at the
+ * ring (a ring pause then), at the window's end, or after this long at
+ * most ... */
 #define GS_GATE_ANTICIPATION_PAUSE_NS 5000000ull
 /* ... and windows are ignored this long from a pause's start unless the
  * ring (or a Revoke) comes (a page scribbled on costs a holder at most

@@ -119,6 +119,17 @@ def test_no_head_start_when_tokend_hands_over_at_release(runner, tmp_path, sim_l
     assert head_starts == 0
 
 
+def _bump_and_wake(page) -> None:
+    """What a shim does after writing a ring or a handback: bump ring_seq
+    and wake every listener waiting on it."""
+    seq = struct.unpack_from("<I", page, 16)[0]
+    struct.pack_into("<I", page, 16, (seq + 1) & 0xFFFFFFFF)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page, 16))
+    ctypes.CDLL(None, use_errno=True).syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, 1 << 30,
+                                              None, None, 0)
+    del address
+
+
 def _ring_as(page_path, slot: int, priority: int) -> None:
     """Ring the way a shim does: slot + 1, class, time, then bump and wake."""
     with open(page_path, "r+b") as f:
@@ -127,12 +138,7 @@ def _ring_as(page_path, slot: int, priority: int) -> None:
         struct.pack_into("<I", page, 20, slot)
         struct.pack_into("<I", page, 36, priority)
         struct.pack_into("<Q", page, 24, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        seq = struct.unpack_from("<I", page, 16)[0]
-        struct.pack_into("<I", page, 16, (seq + 1) & 0xFFFFFFFF)
-        address = ctypes.addressof(ctypes.c_char.from_buffer(page, 16))
-        ctypes.CDLL(None, use_errno=True).syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, 1 << 30,
-                                                  None, None, 0)
-        del address
+        _bump_and_wake(page)
         page.close()
 
 
@@ -320,3 +326,80 @@ def test_a_holder_beside_an_equal_class_waiter_still_paces(runner, tokend):
     queue bound holds as before: the same bursts' 0.5 ms launches are paced."""
     out = _bursts_beside(runner, tokend, "high")
     assert int(out["shim_paced_launches"]) >= int(out["bursts"]), out
+
+
+def _time_beside_each_other(runs_a, runs_b) -> int:
+    """ns during which a kernel of each process was on the GPU at once."""
+    def merged(runs):
+        spans = []
+        for run in sorted(runs, key=lambda r: r.start_ns):
+            if spans and run.start_ns <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], run.end_ns)
+            else:
+                spans.append([run.start_ns, run.end_ns])
+        return spans
+    a, b = merged(runs_a), merged(runs_b)
+    shared, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        shared += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return shared
+
+
+@pytest.mark.skipif(_SYS_FUTEX is None, reason=f"futex syscall number unknown on {platform.machine()}")
+def test_forged_handbacks_cost_one_bounded_start_per_wait(runner, tokend, tmp_path):
+    """A tenant writes a handback from the holder on the page every 2 ms
+    (the holder's slot, fresh times): the waiter tokend names starts before
+    its grant, no grant follows within the 2 ms bound, its launches wait
+    for the grant from then on, and it ignores handbacks for 100 ms. So two
+    saturating groups share the GPU for about one bound per wait for a
+    grant, not for as long as the forger writes (with the bound cut: 14%
+    of the run, and no lapse)."""
+    from gslice.simgpu import kernel_trace
+
+    admin = tokend.admin()
+    procs = []
+    for name in ("a", "b"):
+        secret = admin.create_group(name, request=0.4, limit=1.0, memory="1GiB").secret
+        proc = runner.start("loop", "driver", 2.5, MS, 0,
+                            **group_env(tokend, name, secret, **{kernel_trace.ENV_KERNEL_TRACE: str(tmp_path)}))
+        wait_for_line(proc, "ready=1")
+        procs.append(proc)
+    time.sleep(0.3)
+    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
+    writes, started = 0, time.monotonic()
+    with open(page_path, "r+b") as f:
+        import mmap
+        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
+        try:
+            while time.monotonic() - started < 1.5:
+                holder_slot = struct.unpack_from("<I", page, preempt_doorbell._HOLDER_SLOT_OFFSET)[0]
+                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                struct.pack_into("<IQQ", page, preempt_doorbell.HANDBACK_OFFSET + 4, holder_slot, now, now)
+                _bump_and_wake(page)
+                writes += 1
+                time.sleep(0.002)
+        finally:
+            page.close()
+    forged_for = time.monotonic() - started
+    stats = []
+    for proc in procs:
+        out_text, err_text = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err_text
+        stats.append(parse_kv(out_text))
+    lapses = [int(s["shim_handback_lapses"]) for s in stats]
+    runs = [kernel_trace.read(tmp_path, proc.pid) for proc in procs]
+    span = max(r.end_ns for rs in runs for r in rs) - min(r.start_ns for rs in runs for r in rs)
+    shared = _time_beside_each_other(*runs) / span
+    print(f"{writes} forged handbacks in {forged_for:.2f} s: lapsed starts {lapses}; "
+          f"the two shared the GPU {shared:.1%} of {span / 1e9:.2f} s")
+    assert sum(lapses) >= 1, stats  # the forgery was heard
+    # One lapse per wait, at most one per 100 ms, not one per write (~700).
+    assert all(n <= forged_for / 0.1 + 2 for n in lapses), lapses
+    # Each lapse shares the GPU for the 2 ms bound and the kernel then
+    # running: about 3% of the time per process.
+    assert shared <= 0.08, shared
+    assert all(int(s["launched"]) > 0 for s in stats)
