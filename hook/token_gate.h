@@ -95,9 +95,7 @@ struct gs_rpc;
 #define GS_GATE_DOORBELL_PAUSE_NS 3000000ull
 /* Head start (gate_head_start.c): a ringer launches before its grant for at
  * most this long (the round trip takes ~0.1-1 ms); later launches wait for
- * the grant. Its provisional slice's quantum until the grant says more.
- * tokend names no waiter on the page whose work items are longer
- * (tokend/scheduler.py, PROVISIONAL_SLICE_MAX): it would not start. */
+ * the grant. Its provisional slice's quantum until the grant says more. */
 #define GS_GATE_HEAD_START_MAX_NS 2000000ull
 #define GS_GATE_HEAD_START_QUANTUM_US 100000u
 /* Handback (gate_handback.c): a started slice that tokend did not grant

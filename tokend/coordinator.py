@@ -208,7 +208,7 @@ class Coordinator:
         holder_group = self.scheduler.client_group(holder[0]) if holder is not None else None
         now = time.monotonic()
         preemptors = self.scheduler.preemptors(now)
-        next_waiter = self.scheduler.handback_taker(now)
+        next_waiter = self.scheduler.next_on_release(now)
         next_session = self.sessions.get(next_waiter) if next_waiter is not None else None
         self.doorbell.publish(holder_group, preemptors, others_waiting=self.scheduler.others_waiting(),
                               expected=self.scheduler.expected_preemption(now, preemptors),

@@ -216,12 +216,6 @@ _ARRIVALS = 5
 _PERIODIC_SPREAD = 0.003
 _EXPECTED_SLACK = 0.001
 
-# A waiter whose work items are longer than this does not start at a
-# handback (its shim waits for the grant: hook/token_gate.h,
-# GS_GATE_HEAD_START_MAX_NS), so none is named for it: a holder with long
-# kernels then releases ahead of their end instead of draining to hand back.
-PROVISIONAL_SLICE_MAX = 0.002
-
 _GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
@@ -1557,16 +1551,6 @@ class Scheduler:
             return None
         best = self._candidate(self._clock(now))
         return None if best is None else next(iter(best[0].waiters))
-
-    def handback_taker(self, now: float) -> str | None:
-        """The waiter named on the doorbell page to start at the holder's
-        handback: the next on release, unless its work items are too long
-        for a provisional slice (PROVISIONAL_SLICE_MAX): it would wait for
-        its grant, and the holder would drain for nothing."""
-        waiter = self.next_on_release(now)
-        if waiter is None or self._clients[waiter].work_item > PROVISIONAL_SLICE_MAX:
-            return None
-        return waiter
 
     def others_waiting(self) -> bool:
         """Does a client of a group other than the holder's wait (any waiter

@@ -55,15 +55,6 @@ def _neighbours_launching_after_bursts(burst_runs, runs_by_neighbour, within_ns:
             for end in _burst_ends(burst_runs)]
 
 
-def _handovers(from_runs, to_runs) -> list[tuple[int, int]]:
-    """(the last kernel's end, the next side's first start), ns, at each
-    handover from one process to the other on the GPU."""
-    events = sorted([(run.start_ns, run.end_ns, 0) for run in from_runs] +
-                    [(run.start_ns, run.end_ns, 1) for run in to_runs])
-    return [(before[1], after[0]) for before, after in zip(events, events[1:])
-            if before[2] == 0 and after[2] == 1 and after[0] >= before[1]]
-
-
 def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1,
                                **setting) -> tuple[dict, list[dict], float, list[int]]:
     """One run: the processes' counters (the neighbours' in a list), the
@@ -160,35 +151,3 @@ def test_a_bursts_slice_ends_at_its_own_synchronisation(runner, tokend, tmp_path
     assert int(burst_off["shim_burst_ends"]) == 0, burst_off
     assert gap_us < gap_off_us
 
-
-def test_a_holder_does_not_drain_to_hand_back_to_a_waiter_that_will_not_start(runner, tokend, tmp_path):
-    # A holder with 1 ms kernels beside a group with 3 ms kernels: those
-    # outlast a provisional slice, so that waiter waits for its grant
-    # whatever the page says. tokend names it nowhere (handback_taker), and
-    # the holder releases ahead of its last kernel's end instead of waiting
-    # for it to hand back: the release's round trip overlaps the kernel.
-    # The 3 ms side still hands back to the 1 ms one, which starts there.
-    from gslice.simgpu import kernel_trace
-
-    admin = tokend.admin()
-    env = {}
-    for name in ("short", "long"):
-        secret = admin.create_group(name, request=0.4, limit=1.0, memory="1GiB").secret
-        env[name] = group_env(tokend, name, secret, **{kernel_trace.ENV_KERNEL_TRACE: str(tmp_path)})
-    short = runner.start("loop", "driver", 2, MS, 0, **env["short"])
-    long = runner.start("loop", "driver", 2, 3 * MS, 0, **env["long"])
-    outs = {}
-    for name, proc in (("short", short), ("long", long)):
-        text, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        outs[name] = parse_kv(text)
-    short_runs, long_runs = kernel_trace.read(tmp_path, short.pid), kernel_trace.read(tmp_path, long.pid)
-    idle = [later - end for end, later in _handovers(short_runs, long_runs)]
-    print({name: {k: out[k] for k in ("shim_tokens_acquired", "shim_handbacks_sent", "shim_handback_starts")}
-           for name, out in outs.items()},
-          f"GPU idle at a handover to the 3 ms side, median {statistics.median(idle) / 1e3:.0f} us" if idle else "")
-    assert int(outs["long"]["shim_tokens_acquired"]) >= 10, outs["long"]
-    # (its first slices may come before tokend hears the 3 ms side's kernel length)
-    assert int(outs["short"]["shim_handbacks_sent"]) <= 2, outs["short"]
-    assert int(outs["long"]["shim_handbacks_sent"]) >= 5, outs["long"]
-    assert int(outs["short"]["shim_handback_starts"]) >= 5, outs["short"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gslice.tokend.scheduler import (PROVISIONAL_SLICE_MAX, Expire, Grant, GroupSpec, Priority, Revoke, Scheduler,
-                                     SchedulerConfig)
+from gslice.tokend.scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
 
 GIB = 1 << 30
 # A 1 s window, so usage moves tiers within a test; a long grace, so the
@@ -274,15 +273,3 @@ def test_next_on_release_is_none_when_the_release_grants_nobody():
     s.request("c1", 2.5)
     assert s.next_on_release(2.6) is None
     assert not [d for d in s.release("a1", grant.token_id, 0.1, 2.6) if isinstance(d, Grant)]
-
-
-def test_no_handback_taker_is_named_whose_work_items_outlast_a_provisional_slice():
-    # Its shim would wait for the grant (hook/gate_handback.c), so the
-    # holder would drain its long kernels to hand back for nothing.
-    s = scheduler(("a", 0.3, 1.0, NORMAL, ["a1"]), ("b", 0.3, 1.0, NORMAL, ["b1"]))
-    s.request("a1", 0.0)
-    s.request("b1", 0.001, work_item=PROVISIONAL_SLICE_MAX)
-    assert s.next_on_release(0.002) == s.handback_taker(0.002) == "b1"
-    s.request("b1", 0.003, work_item=PROVISIONAL_SLICE_MAX + 0.001)  # it asks again, now with 3 ms kernels
-    assert s.next_on_release(0.004) == "b1"
-    assert s.handback_taker(0.004) is None
