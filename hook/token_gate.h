@@ -107,10 +107,9 @@ struct gs_rpc;
  * its time. */
 #define GS_GATE_DOORBELL_QUIET_NS 100000000ull
 /* Anticipation: work (a long kernel; a batch of short ones while
- * contended) that would still run when tokend expects a preemptor to ask
- * (its window on the doorbell page) is not started; the pause ends at the
- * ring (a ring pause then), at the window's end, or after this long at
- * most ... */
+ * contended) that would still run when tokend expects a preemptor to ask (its window on the doorbell page) is not started; the
+ * pause ends at the ring (a ring pause then), at the window's end, or
+ * after this long at most ... */
 #define GS_GATE_ANTICIPATION_PAUSE_NS 5000000ull
 /* ... and windows are ignored this long from a pause's start unless the
  * ring (or a Revoke) comes (a page scribbled on costs a holder at most

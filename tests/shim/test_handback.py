@@ -19,6 +19,8 @@ from __future__ import annotations
 import statistics
 import time
 
+import pytest
+
 from shim_harness import group_env, parse_kv, wait_for_line
 
 MS = 1_000_000  # ns
@@ -110,6 +112,7 @@ def _with_and_without(runner, tokend, tmp_path, **off) -> tuple[tuple, tuple]:
     return on, without
 
 
+@pytest.mark.timing
 def test_the_neighbour_starts_at_the_bursts_handback_not_at_its_grant(runner, tokend, tmp_path):
     (burst, [neighbour], gap_us, _), (burst_off, [neighbour_off], gap_off_us, _) = _with_and_without(
         runner, tokend, tmp_path, GSLICE_HANDBACK=0)
@@ -143,6 +146,7 @@ def test_only_the_waiter_tokend_names_starts_at_a_handback(runner, tokend, tmp_p
     assert both <= (one + both) // 10, launching
 
 
+@pytest.mark.timing
 def test_a_bursts_slice_ends_at_its_own_synchronisation(runner, tokend, tmp_path):
     (burst, _, gap_us, _), (burst_off, _, gap_off_us, _) = _with_and_without(runner, tokend, tmp_path,
                                                                              GSLICE_BURST_END=0)

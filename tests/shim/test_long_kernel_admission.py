@@ -59,6 +59,7 @@ def test_a_process_launches_its_first_kernels_of_unknown_length_one_at_a_time(ru
     assert any(later.enqueued_ns < earlier.end_ns for earlier, later in zip(runs[1:], runs[2:])), runs
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("shim_build", ["normal", LENGTHS_CUT], indirect=True)
 def test_a_capped_groups_slices_cover_its_long_kernels_beside_a_neighbour(runner, tokend, tmp_path, shim_build):
     from gslice.simgpu import kernel_trace

@@ -62,6 +62,7 @@ def test_a_higher_class_stops_the_holder_before_its_revoke(runner, tokend):
     assert admin.status().group("low").preemptions >= 1
 
 
+@pytest.mark.timing
 def test_a_preemptor_launches_at_its_ring_not_at_its_grant(runner, tokend):
     """Head start (hook/gate_head_start.c): a client whose ring preempts the
     holder is granted at once when its ask arrives, so it launches right
@@ -92,6 +93,7 @@ def test_a_preemptor_launches_at_its_ring_not_at_its_grant(runner, tokend):
     assert admin.status().group("low").preemptions >= 5
 
 
+@pytest.mark.timing
 def test_no_head_start_when_tokend_hands_over_at_release(runner, tmp_path, sim_lib_dir):
     """With --preempt-handover at-release the grant waits for the holder's
     release (one tenant submits at a time): the doorbell page says so, and a
@@ -142,6 +144,7 @@ def _ring_as(page_path, slot: int, priority: int) -> None:
         page.close()
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(_SYS_FUTEX is None, reason=f"futex syscall number unknown on {platform.machine()}")
 def test_rings_no_revoke_follows_cost_one_bounded_pause_each_quiet_period(runner, tokend):
     admin, low, high = _groups(tokend)
@@ -189,6 +192,7 @@ def _periodic_high_beside_low_holder(runner, tokend, kernel_ns=2 * MS):
     return parse_kv(out_text), err_text
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kernel_ns", [2 * MS, MS // 4], ids=["2ms", "0.25ms"])
 def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend, kernel_ns):
     """Once tokend has seen the bursts' period it publishes when the next is
@@ -215,6 +219,7 @@ def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend, ke
             err_text.index(f"token {token}: preemption doorbell rang")
 
 
+@pytest.mark.timing
 def test_no_anticipation_when_tokend_is_told_not_to(runner, tmp_path, sim_lib_dir):
     from gslice.testing import TokendProcess
 
@@ -229,6 +234,7 @@ def test_no_anticipation_when_tokend_is_told_not_to(runner, tmp_path, sim_lib_di
     assert int(stats["shim_doorbell_pauses"]) >= 1, err_text  # the rings still stop it
 
 
+@pytest.mark.timing
 def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runner, tokend):
     """A tenant writes an "expected preemption" window on the page over and
     over (nobody is expected: tokend never wrote one): the holder holds its
@@ -262,6 +268,7 @@ def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runn
     assert int(stats["launched"]) > 0
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(_SYS_FUTEX is None, reason=f"futex syscall number unknown on {platform.machine()}")
 def test_a_revoke_slower_than_the_pause_still_answers_its_ring(runner, tokend):
     """A ring whose Revoke comes only after the pause's 3 ms bound (a slow
@@ -311,6 +318,7 @@ def _bursts_beside(runner, tokend, neighbour_priority: str) -> dict:
     return out
 
 
+@pytest.mark.timing
 def test_a_holder_that_outranks_every_waiter_does_not_pace_its_launches(runner, tokend):
     """Beside a low-priority waiter the bursts' launches go straight to the
     GPU: tokend's page says the holder outranks every waiter (none of them
@@ -321,6 +329,7 @@ def test_a_holder_that_outranks_every_waiter_does_not_pace_its_launches(runner, 
     assert int(out["shim_paced_launches"]) <= int(out["bursts"]) // 4, out
 
 
+@pytest.mark.timing
 def test_a_holder_beside_an_equal_class_waiter_still_paces(runner, tokend):
     """Beside a waiter of its own class (served at its slice's end) the
     queue bound holds as before: the same bursts' 0.5 ms launches are paced."""
@@ -349,6 +358,7 @@ def _time_beside_each_other(runs_a, runs_b) -> int:
     return shared
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(_SYS_FUTEX is None, reason=f"futex syscall number unknown on {platform.machine()}")
 def test_forged_handbacks_cost_one_bounded_start_per_wait(runner, tokend, tmp_path):
     """A tenant writes a handback from the holder on the page every 2 ms

@@ -67,6 +67,7 @@ def _first_enqueued(burst: list[kernel_trace.KernelRun], at_ns: int) -> int:
     return next((run.enqueued_ns for run in burst if run.enqueued_ns >= at_ns), at_ns)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("neighbour_kernel_us,sync_every", [(220, 0), (220, 4), (1800, 0)])
 def test_a_burst_finds_about_one_neighbour_kernel_ahead_of_it(tmp_path, neighbour_kernel_us, sync_every):
     """Bursts of a high-priority group beside a low-priority neighbour that

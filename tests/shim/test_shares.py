@@ -62,6 +62,7 @@ def run_pair(runner, tokend, kernel_ns: int, sync_every: int, requests=(0.3, 0.7
     return [busy["a"], busy["b"]]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel_ns,sync_every,shim_build", [(200_000, 0, "normal"), (200_000, 0, GATE_CUT)],
                          indirect=["shim_build"])
@@ -87,6 +88,7 @@ def test_limit_caps_a_group_alone(runner, tokend, shim_build):
         assert abs(fraction - 0.3) <= 0.03, f"limit 0.3 alone used {fraction:.3f} of the GPU"
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_limit_caps_long_synced_kernels_by_gpu_time_and_charges_it(runner, tokend):
     """A group alone with limit 0.3 whose program waits for each 12.5 ms
