@@ -120,8 +120,9 @@ def test_the_neighbour_starts_at_the_bursts_handback_not_at_its_grant(runner, to
     print(f"GPU idle after a burst, median: {gap_us:.0f} us with the handback, {gap_off_us:.0f} us without; "
           f"{bursts} bursts, {neighbour['shim_handback_starts']} handback starts "
           f"({neighbour['shim_handback_lapses']} lapsed)")
-    # At most bursts: a start after a lapse waits 100 ms (about 4 bursts),
-    # and a busy machine makes grants late (lapses).
+    # Not after every burst: a lapse (a grant past the 2 ms bound, as on a
+    # busy machine) makes the neighbour ignore handbacks for 100 ms, about
+    # 4 bursts.
     assert int(burst["shim_handbacks_sent"]) >= bursts // 5, burst
     assert int(neighbour["shim_handback_starts"]) >= bursts // 5, neighbour
     assert int(burst_off["shim_handbacks_sent"]) == 0 and int(neighbour_off["shim_handback_starts"]) == 0
@@ -143,7 +144,7 @@ def test_only_the_waiter_tokend_names_starts_at_a_handback(runner, tokend, tmp_p
     print(f"{bursts} bursts: {starts} handback starts, {lapses} lapsed; "
           f"within 2 ms of a burst's end one waiter launched after {one}, both after {both}")
     assert starts >= bursts // 5, neighbours
-    assert both <= (one + both) // 10, launching
+    assert both <= max(1, (one + both) // 10), launching
 
 
 @pytest.mark.timing
