@@ -22,6 +22,11 @@ Targets (issue 23), against alone in the same run:
 Targets are written as plain "<= x" / ">= x" bounds computed from the run's
 own alone series (easy to port to a two-sided target type).
 
+Each case's p99 also comes as the spread between its even and odd rounds
+(`p99_spread_between_halves`): on a 2-core VM a p99 beside neighbours
+moves by a millisecond or more between runs of the same code, through the
+machine's thread wake-ups, not the shim.
+
 Where a slow burst's time went comes from the simulated GPU's kernel trace of
 the tenant: `first_us` (burst start to its first kernel on the engine) and
 `away_us` (its kernels stopped at slice ends while a neighbour's context ran).
@@ -224,6 +229,11 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
         result.add(f"{tag}/p50_minus_alone", s["p50_ms"] - alone["p50_ms"], "ms",
                    at_most(HANDOFF_MS) if case.kernel_us <= 500 else None)
         result.add(f"{tag}/p99_minus_alone", s["p99_ms"] - alone["p99_ms"], "ms")
+        if len(series[case.name]) >= 2:
+            # How far this run's own p99 moves between its even and odd
+            # rounds: the noise to read the p99 figures against.
+            halves = [pooled(series[case.name][first::2])["p99_ms"] for first in (0, 1)]
+            result.add(f"{tag}/p99_spread_between_halves", abs(halves[0] - halves[1]), "ms")
         if case.kernel_us <= 500:
             result.add(f"{tag}/p99_over_alone", s["p99_ms"] / alone["p99_ms"] * 100, "%", at_most(125))
         else:
