@@ -1,7 +1,7 @@
 """Latency of a high-priority tenant beside neighbours (issue 23), on the
 calibrated simulated GPU (simgpu/README.md, "Contexts on the engine": one
 context at a time, 2.09 ms time slices between contexts with queued work,
-compute preemption, 300 us per switch, as measured between PyTorch contexts
+compute preemption, 450 us per switch, as measured between PyTorch contexts
 on an H100).
 
 The tenant: bursts of 8 x 215 us kernels with 10 ms think (the H100 rows of

@@ -18,7 +18,7 @@ from results_io import Result, at_most
 
 # What gslice adds to a handoff (the release, the grant, the next holder's
 # first submission), in us: the simulated GPU's own context switch
-# (simgpu/README.md, GSLICE_SIM_CTX_SWITCH_US: 300 us, as measured between
+# (simgpu/README.md, GSLICE_SIM_CTX_SWITCH_US: 450 us, as measured between
 # PyTorch contexts on an H100) comes on top, and no scheduler removes it.
 GAP_ADDED_P50_US = 300.0
 

@@ -459,7 +459,7 @@ uint64_t sim_memory_used(struct sim_device_shared *dev) {
 
 /* Calibrated against an H100 (simgpu/README.md, "Contexts on the engine"). */
 #define SIM_DEFAULT_TIMESLICE_US 2090u
-#define SIM_DEFAULT_CTX_SWITCH_US 300u
+#define SIM_DEFAULT_CTX_SWITCH_US 450u
 /* How long a waiter sleeps before looking for a dead holder or owner. */
 #define SIM_ENGINE_POLL_NS 20000000ull
 
@@ -592,6 +592,22 @@ static void switch_locked(struct sim_device_shared *dev, uint32_t to, uint64_t n
     bump_locked(dev);
 }
 
+/* When the GPU would have switched to context `to`, which waits: as soon as
+ * it waited and the engine was free (not before `not_before`: the slice's
+ * end), not when a worker thread got round to it. On a GPU the switch is the
+ * hardware's; here it is whichever thread wakes first, tens to hundreds of
+ * us late on a loaded machine, which was engine idle no GPU has (a burst's
+ * first kernel started ~50-90 us late after every switch). */
+static uint64_t switch_time_locked(struct sim_device_shared *dev, uint32_t to, uint64_t not_before, uint64_t now) {
+    uint64_t at = not_before;
+    if (at < dev->engine_last_end_ns) at = dev->engine_last_end_ns;
+    if (to && to <= SIM_MAX_PROCESSES) {
+        uint64_t since = __atomic_load_n(&dev->slots[to - 1].waiting_since_ns, __ATOMIC_RELAXED);
+        if (at < since) at = since;
+    }
+    return at < now ? at : now;
+}
+
 static void begin_wait_locked(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t now) {
     if (__atomic_fetch_add(&slot->engine_waiting, 1, __ATOMIC_RELAXED) == 0)
         __atomic_store_n(&slot->waiting_since_ns, now, __ATOMIC_RELAXED);
@@ -618,6 +634,21 @@ static void forget_dead_locked(struct sim_device_shared *dev) {
     if (owner && pid_gone(dev->slots[owner - 1].pid)) __atomic_store_n(&dev->ctx_owner, 0u, __ATOMIC_RELAXED);
 }
 
+/* Has the owner's slice passed only in wall time? A thread of it waits for
+ * the engine, but has not run (its work back to `ready`, or after its last
+ * run) up to the slice's end: the host did not schedule it. Its work starts
+ * back-dated when it wakes, so the slice is still its own; switching away
+ * would hand out turns nobody ran (a late process lost slices in a row and
+ * its neighbour waited 6 ms for one). */
+static bool owner_thread_late_locked(struct sim_device_shared *dev, uint32_t owner, uint64_t ready,
+                                     uint64_t slice_end) {
+    struct sim_process_slot *s = &dev->slots[owner - 1];
+    if (__atomic_load_n(&s->engine_waiting, __ATOMIC_RELAXED) == 0) return false;
+    uint64_t reached = dev->engine_last_pid == s->pid && dev->engine_last_end_ns > ready ? dev->engine_last_end_ns
+                                                                                         : ready;
+    return reached < slice_end;
+}
+
 /* Wait (engine locked) until `slot`'s context may start work; returns with
  * the engine still locked and the caller made holder. */
 static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_process_slot *slot, uint64_t earliest) {
@@ -632,36 +663,35 @@ static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_pro
                 /* The engine's context has nothing queued: the next one in line gets it
                  * (this one, if its slot was reaped as dead while it waits). */
                 uint32_t next = longest_waiting_locked(dev, 0);
-                switch_locked(dev, next ? next : me, now);
+                if (!next) next = me;
+                switch_locked(dev, next, switch_time_locked(dev, next, 0, now));
                 continue;
             }
             uint64_t ready = dev->ctx_ready_ns, slice_end = dev->ctx_slice_end_ns;
-            if (slice && now >= ready && now >= slice_end) {
+            if (slice && now >= ready && now >= slice_end && !owner_thread_late_locked(dev, owner, ready, slice_end)) {
                 uint32_t next = longest_waiting_locked(dev, owner);
                 if (next) { /* the owner's slice is over and another context waits */
-                    switch_locked(dev, next, now);
+                    switch_locked(dev, next, switch_time_locked(dev, next, slice_end, now));
                     continue;
                 }
             }
             if (owner == me) {
                 if (now >= ready) {
+                    /* The engine has been this context's since `ready`: the work starts
+                     * when it could have (queued, the engine's last work ended, the
+                     * switch done), not when the worker woke. */
+                    uint64_t start = earliest;
+                    if (start < dev->engine_last_end_ns) start = dev->engine_last_end_ns;
+                    if (start < ready) start = ready;
+                    if (start > now) start = now;
                     /* Work after its queue ran empty starts a new slice; alone past its
                      * slice, the next one starts where that ended (a boundary every slice). */
                     if (dev->ctx_owner_drained) {
-                        __atomic_store_n(&dev->ctx_slice_end_ns, now + slice, __ATOMIC_RELAXED);
+                        __atomic_store_n(&dev->ctx_slice_end_ns, start + slice, __ATOMIC_RELAXED);
                         __atomic_store_n(&dev->ctx_owner_drained, 0u, __ATOMIC_RELAXED);
-                    } else if (slice && now >= slice_end) {
-                        __atomic_store_n(&dev->ctx_slice_end_ns, slice_end + ((now - slice_end) / slice + 1) * slice,
+                    } else if (slice && start >= slice_end) {
+                        __atomic_store_n(&dev->ctx_slice_end_ns, slice_end + ((start - slice_end) / slice + 1) * slice,
                                          __ATOMIC_RELAXED);
-                    }
-                    /* Back to back with this context's previous work: start where it
-                     * ended (or when this work was queued), not when the worker woke. */
-                    uint64_t start = now;
-                    if (earliest < now && dev->engine_last_pid == slot->pid) {
-                        start = earliest;
-                        if (start < dev->engine_last_end_ns) start = dev->engine_last_end_ns;
-                        if (start < ready) start = ready;
-                        if (start > now) start = now;
                     }
                     end_wait_locked(dev, slot);
                     __atomic_add_fetch(&dev->engine_acquisitions, 1, __ATOMIC_SEQ_CST);
@@ -676,7 +706,7 @@ static uint64_t take_engine_locked(struct sim_device_shared *dev, struct sim_pro
                 wake_at = ready; /* the switch to this context is under way */
             } else if (slice) {
                 wake_at = (ready > slice_end ? ready : slice_end);
-                if (wake_at <= now) wake_at = now + 1000;
+                if (wake_at <= now) wake_at = now + SIM_ENGINE_POLL_NS; /* a late owner: its run's end wakes us */
             }
         }
         uint32_t seq = __atomic_load_n(&dev->sched_seq, __ATOMIC_SEQ_CST);
@@ -711,7 +741,9 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
     const uint32_t me = context_of(dev, slot);
     uint64_t remaining = duration_ns, first_start = 0, away = 0, stopped_at = 0, last_end = 0;
     lock_engine(dev);
-    begin_wait_locked(dev, slot, sim_now_ns());
+    uint64_t queued_at = sim_now_ns();
+    if (turn->earliest_ns && turn->earliest_ns < queued_at) queued_at = turn->earliest_ns;
+    begin_wait_locked(dev, slot, queued_at);
     for (;;) {
         uint64_t start = take_engine_locked(dev, slot, stopped_at ? stopped_at : turn->earliest_ns);
         if (!first_start) first_start = start;
@@ -729,15 +761,27 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
             now = sim_now_ns();
             if (now >= deadline) break;
             if (stop_at == deadline) continue; /* woke early */
-            /* A slice boundary inside the kernel: stop it if another context waits. */
+            /* A slice boundary inside the kernel: stop it there if another context
+             * waited by then (or at the first boundary after it began to wait). */
             lock_engine(dev);
             uint32_t next = longest_waiting_locked(dev, me);
-            if (next) {
-                now = sim_now_ns();
-                preempted = true;
-                break; /* engine stays locked */
-            }
             uint64_t end = dev->ctx_slice_end_ns, slice = dev->ctx_timeslice_ns;
+            if (next) {
+                uint64_t since = __atomic_load_n(&dev->slots[next - 1].waiting_since_ns, __ATOMIC_RELAXED);
+                uint64_t stop = stop_at;
+                if (since > stop) stop += (since - stop + slice - 1) / slice * slice;
+                now = sim_now_ns();
+                if (stop <= now && stop > start && stop < deadline) {
+                    now = stop;
+                    preempted = true;
+                    break; /* engine stays locked */
+                }
+                if (stop < deadline && stop > now) {
+                    __atomic_store_n(&dev->ctx_slice_end_ns, stop, __ATOMIC_RELAXED);
+                    unlock_shared(&dev->engine);
+                    continue;
+                }
+            }
             if (end <= now) __atomic_store_n(&dev->ctx_slice_end_ns, end + ((now - end) / slice + 1) * slice,
                                              __ATOMIC_RELAXED);
             unlock_shared(&dev->engine);
@@ -756,8 +800,12 @@ void sim_engine_run(struct sim_device_shared *dev, struct sim_process_slot *slot
             }
             uint64_t queued = __atomic_load_n(&slot->queued_work, __ATOMIC_RELAXED);
             if (queued) __atomic_store_n(&slot->queued_work, queued - 1, __ATOMIC_RELAXED);
-            if (queued <= 1 && __atomic_load_n(&slot->engine_waiting, __ATOMIC_RELAXED) == 0)
+            if (queued <= 1 && __atomic_load_n(&slot->engine_waiting, __ATOMIC_RELAXED) == 0) {
                 __atomic_store_n(&dev->ctx_owner_drained, 1u, __ATOMIC_RELAXED);
+                /* Its queue ran empty: a GPU switches to a waiting context there. */
+                uint32_t next = dev->ctx_owner == me ? longest_waiting_locked(dev, me) : 0;
+                if (next) switch_locked(dev, next, switch_time_locked(dev, next, now, sim_now_ns()));
+            }
             bump_locked(dev);
             unlock_shared(&dev->engine);
             break;

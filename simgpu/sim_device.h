@@ -61,10 +61,11 @@ struct sim_engine_turn {
     /* In: when the work could have started at the earliest (its enqueue, or
      * the end of the stream's work before it). A GPU starts a context's
      * queued kernel as the one before it ends; the simulator's worker
-     * thread wakes tens of us later, so when this context was the last on
-     * the engine its work starts at max(earliest, the engine's last end),
-     * not when the worker gets there (without it, 1 ms kernels back to back
-     * kept the engine ~95% busy, and event timings included the gaps). */
+     * thread wakes tens of us later, so its work starts at the latest of
+     * earliest, the engine's last end and the end of the switch to its
+     * context, not when the worker gets there (without it, 1 ms kernels back
+     * to back kept the engine ~95% busy, event timings included the gaps,
+     * and every switch idled the engine for a wake-up too). */
     uint64_t earliest_ns;
     uint64_t last_start_ns, last_end_ns; /* the engine time of its latest run: first start, last end */
     uint64_t away_ns; /* of that, time it was stopped at slice ends while other contexts ran */

@@ -9,7 +9,7 @@ the bursts onto one phase of the neighbours' slices, good or bad by luck)
 under the shim at high priority. The wait is measured by the simulated GPU:
 from the burst's first kernel's launch (the moment the shim let it through)
 to that kernel's start on the engine (kernel trace). Under the simulator's
-default model (2.09 ms time slices, compute preemption, 300 us per switch,
+default model (2.09 ms time slices, compute preemption, 450 us per switch,
 as on an H100), work a neighbour's context still holds takes turns with the
 burst, so a burst that lands in a neighbour's slice waits for the rest of it
 (about 1 ms on average), not for one 0.25 ms kernel. How fast the token
