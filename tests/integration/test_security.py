@@ -71,6 +71,33 @@ def test_preemption_reason_status_events_and_log_never_show_a_credential(tokend_
     channel.close()
 
 
+@pytest.mark.parametrize("waiter_priority", ["low", "high"])
+def test_a_lease_taken_back_never_shows_the_waiter_s_credential(tokend_factory, waiter_priority):
+    """The Revoke that takes an idle lease back named the waiting client's
+    client_id, for a waiter of the lessee's class (reclaimed at its release)
+    and of a higher one (handed over at once) alike."""
+    tokend = tokend_factory(extra_args=["--grace-ms", "60000"])
+    admin = tokend.admin()
+    lessee_group = admin.create_group("lessee", request=0.2, limit=1.0, memory="1GiB", priority="low")
+    waiter_group = admin.create_group("waiter", request=0.2, limit=1.0, memory="1GiB", priority=waiter_priority)
+    lessee = tokend.shim_client("lessee", lessee_group.secret)
+    token = lessee.acquire()
+    reply = lessee.stub.ReleaseToken(client_pb2.ReleaseTokenRequest(
+        client_id=lessee.client_id, token_id=token, used_us=100, idle=True, keep_lease=True), timeout=10)
+    assert reply.lease_kept
+    waiter = tokend.shim_client("waiter", waiter_group.secret)
+    channel, stub = _stub(tokend)
+    pending = stub.AcquireToken.future(client_pb2.AcquireTokenRequest(client_id=waiter.client_id, timeout_ms=20000))
+    revoke = lessee.next_event(timeout=10)
+    assert revoke is not None and revoke.WhichOneof("event") == "revoke", revoke
+    assert "lease" in revoke.revoke.reason and "waiter" in revoke.revoke.reason  # still says why
+    assert waiter.client_id not in revoke.revoke.reason and lessee.client_id not in revoke.revoke.reason
+    lessee.release(token, used_us=0, idle=True)
+    assert pending.result(timeout=10).token_id
+    assert waiter.client_id not in tokend.log_path.read_text()
+    channel.close()
+
+
 def test_unknown_group_and_wrong_secret_get_the_same_answer(tokend):
     """Finding 6: 'no such group' and 'wrong secret' answered differently,
     telling a prober which group names exist."""

@@ -52,7 +52,8 @@ def test_anyone_asking_takes_the_lease_back():
     [grant] = s.lease_if_free("a1", 0.0)
     decisions = s.request("b1", 0.1)
     # b is of the same class: a lease reclaimed, not a preemption.
-    assert decisions == [Revoke("a1", grant.token_id, "lease taken back: client 'b1' waits", lease_reclaim=True)]
+    assert decisions == [Revoke("a1", grant.token_id, "lease taken back: a client of group 'b' waits",
+                                lease_reclaim=True)]
     # Given back unused: nothing charged, b1 served at once.
     [handed] = s.release("a1", grant.token_id, 0.0, 0.101)
     assert (handed.client_id, handed.token_id) == ("b1", grant.token_id + 1)
@@ -60,11 +61,31 @@ def test_anyone_asking_takes_the_lease_back():
 
 
 def test_a_lease_taken_back_for_a_higher_class_is_a_preemption():
+    # Handed over at once, as a preempted slice is: the waiter need not wait
+    # for the lessee's release, which then charges what it measured.
     s = scheduler()
+    s.update_group(GroupSpec("b", 0.7, 1.0, GIB, Priority.HIGH), 0.0)
+    [grant] = s.lease_if_free("a1", 0.0)
+    assert s.preemptors(0.05) == {"b"}  # b1 may ring: the lessee may be feeding the GPU
+    revoke, handed = s.request("b1", 0.1)
+    assert (revoke.client_id, revoke.token_id, revoke.lease_reclaim) == ("a1", grant.token_id, False)
+    assert "b1" not in revoke.reason and "'b'" in revoke.reason
+    assert isinstance(handed, Grant) and handed.client_id == "b1" and s.holder() == ("b1", handed.token_id)
+    assert s.usage("a", 0.1) == 0.0  # a lease accrues nothing
+    s.release("a1", grant.token_id, 0.003, 0.102)  # the slice a1 had started on the lease
+    assert math.isclose(s.usage("a", 0.2), 0.003)
+    assert s.preemptions["a"] == 1
+
+
+def test_without_handover_a_higher_class_waits_for_the_lessee():
+    s = scheduler(SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=0.2, cap_period=0.0,
+                                  preempt_handover=False))
     s.update_group(GroupSpec("b", 0.7, 1.0, GIB, Priority.HIGH), 0.0)
     [grant] = s.lease_if_free("a1", 0.0)
     [revoke] = s.request("b1", 0.1)
     assert (revoke.client_id, revoke.token_id, revoke.lease_reclaim) == ("a1", grant.token_id, False)
+    [handed] = s.release("a1", grant.token_id, 0.0, 0.101)
+    assert handed.client_id == "b1"
 
 
 def test_nothing_when_the_token_is_held_or_awaited():

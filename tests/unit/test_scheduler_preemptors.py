@@ -73,12 +73,15 @@ def test_a_higher_class_without_clients_is_not_flagged():
     assert s.preemptors(0.01) == frozenset()  # nobody could ring
 
 
-def test_a_lease_is_not_preempted_through_the_doorbell():
+def test_a_lease_is_preempted_through_the_doorbell_as_a_slice_is():
+    # The lessee may start a slice on its own at any time: a higher class
+    # rings so that it stops feeding at once, and is granted at once.
     s = low_holder_and_idle_high()
     token = s.holder()[1]
     s.release("l1", token, 0.002, 0.01, idle=True, keep_lease=True)
     assert s.holds_lease("l1", token)
-    assert s.preemptors(0.02) == frozenset()
+    assert s.preemptors(0.02) == {"hi"}
+    assert_preempts(s, "h1", 0.03)
 
 
 def test_a_revoked_holder_is_not_flagged_again():
