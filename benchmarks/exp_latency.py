@@ -215,6 +215,10 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
     bare, alone, bare_again = summaries["bare"], summaries["alone"], summaries["bare_again"]
     result.add("bare/p50", bare["p50_ms"], "ms")
     result.add("bare/p99", bare["p99_ms"], "ms")
+    # Each burst beside a busy neighbour pays one context switch at its
+    # start on this GPU model (as on the H100 it is calibrated against): the
+    # floor under any p50_minus_alone, however fast the handover.
+    result.add("engine/context_switch", model["switch_us"] / 1e3, "ms")
     result.add("alone/p50", alone["p50_ms"], "ms")
     result.add("alone/p99", alone["p99_ms"], "ms")
     # A tenant alone: within the bare-against-bare noise of the same run (+ 5% of it as a floor).
@@ -228,6 +232,8 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
         tag = case.name
         result.add(f"{tag}/p50_minus_alone", s["p50_ms"] - alone["p50_ms"], "ms",
                    at_most(HANDOFF_MS) if case.kernel_us <= 500 else None)
+        result.add(f"{tag}/p50_minus_alone_beyond_switch", s["p50_ms"] - alone["p50_ms"] - model["switch_us"] / 1e3,
+                   "ms")
         result.add(f"{tag}/p99_minus_alone", s["p99_ms"] - alone["p99_ms"], "ms")
         if len(series[case.name]) >= 2:
             # How far this run's own p99 moves between its even and odd
