@@ -28,6 +28,7 @@ import os
 import select
 import subprocess
 import sys
+import random
 import threading
 import time
 import traceback
@@ -382,21 +383,26 @@ class Server:
         elapsed = time.perf_counter_ns() - t0
         return {"launches": launches, "ns_per_launch": elapsed / launches}
 
-    def bursts(self, count: int, burst: int = 8, think_ms: float = 10.0, unit: str = "mm4096h") -> dict:
-        """Closed loop: `burst` units, wait for them, think; latencies in ms."""
+    def bursts(self, count: int, burst: int = 8, think_ms: float = 10.0, unit: str = "mm4096h",
+               think_jitter_ms: float = 0.0, seed: int = 0) -> dict:
+        """Closed loop: `burst` units, wait for them, think (uniform in
+        think_ms +- think_jitter_ms); latencies in ms, and each burst's start
+        on time.monotonic() (to line up with the shim's debug lines)."""
         b = self.b
-        latencies = []
+        latencies, starts = [], []
+        rng = random.Random(seed)
         self.warm(unit)
         start = time.monotonic()
         for _ in range(count):
+            starts.append(round(time.monotonic(), 6))
             t0 = time.perf_counter()
             for _ in range(burst):
                 b.launch_unit(unit)
             b.sync()
             latencies.append((time.perf_counter() - t0) * 1e3)
-            time.sleep(think_ms / 1e3)
+            time.sleep(max(0.0, think_ms + rng.uniform(-think_jitter_ms, think_jitter_ms)) / 1e3)
         return {"bursts": count, "seconds": time.monotonic() - start, "latency_ms": percentiles(latencies),
-                "latencies_ms": [round(x, 4) for x in latencies]}
+                "latencies_ms": [round(x, 4) for x in latencies], "starts_monotonic": starts}
 
     def neighbour_start(self, unit: str, sync_every: int) -> dict:
         """Saturate in a background thread until neighbour_stop

@@ -1,0 +1,110 @@
+"""Where a high-priority burst's time goes beside a neighbour, on a real GPU
+(issue 23): the latency section's shapes, each as five interleaved series
+in one run, so that gslice is read against the GPU's own behaviour:
+
+  alone_bare      the burst alone, no gslice;
+  bare_beside     burst and neighbour both without gslice (the GPU's own
+                  time-slicing between contexts: what gslice starts from);
+  gslice          both under gslice (the latency section's series);
+  gslice_jitter   the same with the think time 10 +- 3 ms (a fixed think can
+                  lock the bursts onto a phase of the neighbour's work);
+  gslice_traced   both under gslice with the shims logging at debug level
+                  (lines stamped with CLOCK_MONOTONIC, the bursts' starts
+                  too): the ring, the neighbour's pause and what it had
+                  queued, anticipation's windows, the grant.
+
+    python benchmarks/gpu/latency_trace.py [--gpu real|sim] [--backend torch|driver]
+        [--shapes i ii iii] [--bursts 300] [--out DIR]
+
+Writes DIR/latency_trace.json (every latency and start) and
+DIR/latency_trace_logs.tar.gz (the workers' and tokend's logs). Runs from the
+gpu-check bundle on the GPU machine (PYTHONPATH=build/gpu-check/site)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gslice.experiment import SharingExperiment  # noqa: E402
+from gslice.workloads_served import percentiles  # noqa: E402
+
+from harness import Worker, wait_ready  # noqa: E402
+from sec_latency import SHAPES  # noqa: E402
+
+SERIES = ("alone_bare", "bare_beside", "gslice", "gslice_jitter", "gslice_traced")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="real", choices=("real", "sim"))
+    parser.add_argument("--backend", default="torch", choices=("torch", "driver"))
+    parser.add_argument("--shapes", nargs="+", default=["i", "ii", "iii"], help="prefixes of sec_latency.SHAPES")
+    parser.add_argument("--bursts", type=int, default=300, help="bursts per series beside the neighbour")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "latency-trace")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="latency-trace-"))
+    shapes = [s for s in SHAPES if s[0].split("_")[0] in args.shapes]
+    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": args.gpu,
+                    "backend": args.backend, "shapes": {}}
+    debug = {"GSLICE_LOG_LEVEL": "debug"}
+    os.environ.setdefault("GSLICE_EXPERIMENT_TOKEND_LOG", "debug")
+    with SharingExperiment(work / "exp", gpu=args.gpu) as exp:
+        exp.add_group("hi", request="50%", limit="100%", memory="4GiB", priority="high")
+        exp.add_group("lo", request="50%", limit="100%", memory="4GiB", priority="low")
+        workers = {
+            "burst_bare": Worker(exp, "hi", args.backend, "burst-bare", work, shim=False),
+            "burst_shim": Worker(exp, "hi", args.backend, "burst-shim", work),
+            "burst_traced": Worker(exp, "hi", args.backend, "burst-traced", work, env=debug),
+            "nb_bare": Worker(exp, "lo", args.backend, "neighbour-bare", work, shim=False),
+            "nb_shim": Worker(exp, "lo", args.backend, "neighbour-shim", work),
+            "nb_traced": Worker(exp, "lo", args.backend, "neighbour-traced", work, env=debug),
+        }
+        try:
+            wait_ready(list(workers.values()), 180.0)
+            plan = {"alone_bare": ("burst_bare", None, 0.0), "bare_beside": ("burst_bare", "nb_bare", 0.0),
+                    "gslice": ("burst_shim", "nb_shim", 0.0), "gslice_jitter": ("burst_shim", "nb_shim", 3.0),
+                    "gslice_traced": ("burst_traced", "nb_traced", 0.0)}
+            for name, unit, sync_every, kernel_ms in shapes:
+                shape: dict = {"neighbour": {"unit": unit, "sync_every": sync_every, "kernel_ms": kernel_ms},
+                               "series": {}}
+                for series in SERIES:
+                    burster, neighbour, jitter = plan[series]
+                    count = max(50, args.bursts // 3) if neighbour is None else args.bursts
+                    if neighbour:
+                        workers[neighbour].call("neighbour_start", 60, unit=unit, sync_every=sync_every)
+                        time.sleep(0.3)
+                    reply = workers[burster].call("bursts", 600, count=count, burst=8, think_ms=10.0,
+                                                  unit="mm4096h", think_jitter_ms=jitter, seed=len(series))
+                    stopped = workers[neighbour].call("neighbour_stop", 120) if neighbour else None
+                    lat = reply["latencies_ms"]
+                    shape["series"][series] = {"latency_ms": percentiles(lat, (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)),
+                                               "latencies_ms": lat, "starts_monotonic": reply["starts_monotonic"],
+                                               "seconds": reply["seconds"], "neighbour": stopped}
+                    p = shape["series"][series]["latency_ms"]
+                    print(f"[{name}] {series:14s} n={p['n']:4d} p10 {p['p10']:.2f} p50 {p['p50']:.2f} "
+                          f"p90 {p['p90']:.2f} p99 {p['p99']:.2f} max {p['max']:.2f} ms"
+                          + (f"; neighbour {stopped['iterations'] / stopped['seconds']:.0f} it/s" if stopped else ""),
+                          flush=True)
+                report["shapes"][name] = shape
+                (out / "latency_trace.json").write_text(json.dumps(report))
+        finally:
+            for w in workers.values():
+                w.close()
+    with tarfile.open(out / "latency_trace_logs.tar.gz", "w:gz") as tar:
+        for path in sorted(work.rglob("*.log")):
+            tar.add(path, arcname=str(path.relative_to(work)))
+    print(f"[latency-trace] {out / 'latency_trace.json'}, logs in {out / 'latency_trace_logs.tar.gz'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
