@@ -66,6 +66,7 @@ TEST_CUTS = {
     "ledger_refusal": "GSLICE_TEST_CUT_LEDGER_REFUSAL",  # allocations over the quota go through
     "unmeasured_one_at_a_time": "GSLICE_TEST_CUT_UNMEASURED_ONE_AT_A_TIME",  # first launches queue freely
     "lengths_with_the_ask": "GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK",  # a token is asked for before drained lengths are in
+    "ring_at_lease_resume": "GSLICE_TEST_CUT_RING_AT_LEASE_RESUME",  # a lease resumes past a ring it heard idle
 }
 
 

@@ -54,6 +54,10 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->handback_starts = g.handback_starts;
     out->handback_lapses = g.handback_lapses;
     out->burst_ends = g.burst_ends;
+    out->renewals = g.renewals;
+    out->wrap_ups = g.wrap_ups;
+    out->launch_gpu_us = g.launch_gpu_us;
+    out->longest_work_us = g.longest_work_us;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;

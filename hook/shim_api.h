@@ -27,6 +27,9 @@ typedef struct gslice_shim_stats {
     uint64_t handback_starts;      /* slices started at another's handback, before the grant */
     uint64_t handback_lapses;      /* ... not granted within the provisional bound */
     uint64_t burst_ends;           /* idle releases found at the application's own synchronisation */
+    uint64_t renewals, wrap_ups;   /* slices renewed without a pause; launches that waited for one */
+    uint64_t launch_gpu_us;        /* GPU time per launch the gate measured (0: unknown) */
+    uint64_t longest_work_us;      /* its longest per-kernel / per-graph estimate */
 } gslice_shim_stats;
 
 const char *gslice_version(void);

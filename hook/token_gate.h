@@ -184,6 +184,8 @@ typedef struct gs_gate_stats {
     uint64_t handback_lapses;      /* ... whose grant did not come within the provisional bound */
     uint64_t burst_ends;           /* idle releases found at the application's own synchronisation */
     uint64_t paced_launches;       /* launches held back until its queued work neared its end */
+    uint32_t launch_gpu_us;        /* GPU time per launch, as measured (0: unknown) */
+    uint32_t longest_work_us;      /* the longest per-kernel / per-graph estimate */
     int32_t interval;
     int state;
     uint32_t quantum_us;

@@ -11,7 +11,13 @@ in one run, so that gslice is read against the GPU's own behaviour:
   gslice_traced   both under gslice with the shims logging at debug level
                   (lines stamped with CLOCK_MONOTONIC, the bursts' starts
                   too): the ring, the neighbour's pause and what it had
-                  queued, anticipation's windows, the grant.
+                  queued, anticipation's windows, the grant; and each
+                  burst kernel's end on the GPU (events), so a wait before
+                  the burst reads apart from a neighbour run inside it.
+
+Every gslice series also records both shims' counters over it (checkpoint
+interval, GPU time per launch and the longest kernel as each gate measured
+them, pauses, paces, renewals).
 
     python benchmarks/gpu/latency_trace.py [--gpu real|sim] [--backend torch|driver]
         [--shapes i ii iii] [--bursts 300] [--out DIR]
@@ -39,6 +45,17 @@ from harness import Worker, wait_ready  # noqa: E402
 from sec_latency import SHAPES  # noqa: E402
 
 SERIES = ("alone_bare", "bare_beside", "gslice", "gslice_jitter", "gslice_traced")
+# Counters read as they stand at the series' end; the rest as its change.
+LEVELS = ("metered", "slots", "gate_state", "checkpoint_interval", "quantum_us", "launch_gpu_us", "longest_work_us",
+          "memory_held", "memory_pending_release", "tracked_allocations")
+
+
+def stats_over(before: dict, after: dict) -> dict:
+    """A shim's counters over one series (gslice_shim_stats: see hook/shim_api.h)."""
+    if not after.get("available"):
+        return after
+    counted = lambda k, v: isinstance(v, int) and not isinstance(v, bool) and k not in LEVELS  # noqa: E731
+    return {k: v - before.get(k, 0) if counted(k, v) else v for k, v in after.items()}
 
 
 def main() -> int:
@@ -82,18 +99,32 @@ def main() -> int:
                     if neighbour:
                         workers[neighbour].call("neighbour_start", 60, unit=unit, sync_every=sync_every)
                         time.sleep(0.3)
+                    shimmed = [w for w in (burster, neighbour) if w and not w.endswith("bare")]
+                    before = {w: workers[w].call("shim_stats", 30) for w in shimmed}
                     reply = workers[burster].call("bursts", 600, count=count, burst=8, think_ms=10.0,
-                                                  unit="mm4096h", think_jitter_ms=jitter, seed=len(series))
+                                                  unit="mm4096h", think_jitter_ms=jitter, seed=len(series),
+                                                  gpu_marks=series == "gslice_traced")
                     stopped = workers[neighbour].call("neighbour_stop", 120) if neighbour else None
+                    after = {w: workers[w].call("shim_stats", 30) for w in shimmed}
                     lat = reply["latencies_ms"]
                     shape["series"][series] = {"latency_ms": percentiles(lat, (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)),
                                                "latencies_ms": lat, "starts_monotonic": reply["starts_monotonic"],
-                                               "seconds": reply["seconds"], "neighbour": stopped}
+                                               "gpu_marks_ms": reply.get("gpu_marks_ms"),
+                                               "seconds": reply["seconds"], "neighbour": stopped,
+                                               "shim_stats": {w: stats_over(before[w], after[w]) for w in shimmed}}
                     p = shape["series"][series]["latency_ms"]
                     print(f"[{name}] {series:14s} n={p['n']:4d} p10 {p['p10']:.2f} p50 {p['p50']:.2f} "
                           f"p90 {p['p90']:.2f} p99 {p['p99']:.2f} max {p['max']:.2f} ms"
                           + (f"; neighbour {stopped['iterations'] / stopped['seconds']:.0f} it/s" if stopped else ""),
                           flush=True)
+                    for w, st in shape["series"][series]["shim_stats"].items():
+                        if st.get("available"):
+                            print(f"    {w}: interval {st['checkpoint_interval']}, {st['launch_gpu_us']} us per launch, "
+                                  f"longest {st['longest_work_us']} us; checkpoints {st['checkpoints']}, slow "
+                                  f"{st['slow_entries']}, paced {st['paced_launches']}, doorbell pauses "
+                                  f"{st['doorbell_pauses']}, anticipation {st['anticipation_pauses']}, "
+                                  f"lease resumes {st['lease_resumes']}, idle releases {st['idle_releases']}",
+                                  flush=True)
                 report["shapes"][name] = shape
                 (out / "latency_trace.json").write_text(json.dumps(report))
         finally:

@@ -273,7 +273,8 @@ SHIM_STATS_FIELDS = ("tokens_acquired", "tokens_released", "idle_releases", "rev
                      "lease_resumes", "leases_at_start", "memory_held", "memory_pending_release",
                      "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released",
                      "head_starts", "head_start_refusals", "paced_launches", "handbacks_sent",
-                     "handback_starts", "handback_lapses", "burst_ends")
+                     "handback_starts", "handback_lapses", "burst_ends", "renewals", "wrap_ups", "launch_gpu_us",
+                     "longest_work_us")
 
 
 class _ShimStats(ctypes.Structure):
@@ -384,25 +385,38 @@ class Server:
         return {"launches": launches, "ns_per_launch": elapsed / launches}
 
     def bursts(self, count: int, burst: int = 8, think_ms: float = 10.0, unit: str = "mm4096h",
-               think_jitter_ms: float = 0.0, seed: int = 0) -> dict:
+               think_jitter_ms: float = 0.0, seed: int = 0, gpu_marks: bool = False) -> dict:
         """Closed loop: `burst` units, wait for them, think (uniform in
         think_ms +- think_jitter_ms); latencies in ms, and each burst's start
-        on time.monotonic() (to line up with the shim's debug lines)."""
+        on time.monotonic() (to line up with the shim's debug lines).
+        gpu_marks: also each unit's end on the GPU, in ms after an event
+        recorded just before the first (the burst's GPU span, and whether
+        another context ran in the middle of it)."""
         b = self.b
-        latencies, starts = [], []
+        latencies, starts, marks = [], [], []
         rng = random.Random(seed)
         self.warm(unit)
+        events = [b.event() for _ in range(burst + 1)] if gpu_marks else []
         start = time.monotonic()
         for _ in range(count):
             starts.append(round(time.monotonic(), 6))
             t0 = time.perf_counter()
-            for _ in range(burst):
+            if events:
+                b.record(events[0])
+            for i in range(burst):
                 b.launch_unit(unit)
+                if events:
+                    b.record(events[i + 1])
             b.sync()
             latencies.append((time.perf_counter() - t0) * 1e3)
+            if events:
+                marks.append([round(b.elapsed_ms(events[0], ev), 4) for ev in events[1:]])
             time.sleep(max(0.0, think_ms + rng.uniform(-think_jitter_ms, think_jitter_ms)) / 1e3)
-        return {"bursts": count, "seconds": time.monotonic() - start, "latency_ms": percentiles(latencies),
-                "latencies_ms": [round(x, 4) for x in latencies], "starts_monotonic": starts}
+        out = {"bursts": count, "seconds": time.monotonic() - start, "latency_ms": percentiles(latencies),
+               "latencies_ms": [round(x, 4) for x in latencies], "starts_monotonic": starts}
+        if gpu_marks:
+            out["gpu_marks_ms"] = marks
+        return out
 
     def neighbour_start(self, unit: str, sync_every: int) -> dict:
         """Saturate in a background thread until neighbour_stop

@@ -44,6 +44,7 @@ GATE_CUT = "gate"                      # launches never wait for or take tokens
 LEDGER_REFUSAL_CUT = "ledger_refusal"  # allocations over the quota go through
 UNMEASURED_CUT = "unmeasured_one_at_a_time"   # a process's first launches queue freely
 LENGTHS_CUT = "lengths_with_the_ask"          # a token is asked for before drained lengths are in
+RING_AT_LEASE_CUT = "ring_at_lease_resume"    # a lease resumes past a ring it heard while idle
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:

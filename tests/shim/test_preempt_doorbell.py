@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from shim_harness import group_env, parse_kv, wait_for_line
+from shim_harness import RING_AT_LEASE_CUT, group_env, parse_kv, wait_for_line
 from gslice.tokend import preempt_doorbell
 
 MS = 1_000_000  # ns
@@ -175,6 +175,35 @@ def test_rings_no_revoke_follows_cost_one_bounded_pause_each_quiet_period(runner
     # not one per ring (about 150).
     assert pauses <= 1.5 / 0.1 + 2 < rings
     assert int(stats["launched"]) > 0
+
+
+@pytest.mark.skipif(_SYS_FUTEX is None, reason=f"futex syscall number unknown on {platform.machine()}")
+@pytest.mark.parametrize("shim_build", ["normal", RING_AT_LEASE_CUT], indirect=True)
+def test_a_ring_heard_while_the_lease_was_idle_pauses_the_lease_s_resume(runner, tokend, shim_build):
+    """A ring that comes while the holder keeps its token as an idle lease
+    paused nothing (no slice ran); the lessee resuming before tokend's
+    Revoke arrives must not feed the GPU in front of the ringer. On an H100
+    a low-priority neighbour did, in 107 of 300 bursts beside 8192 matmuls
+    (benchmarks/gpu/latency_trace.py, 2026-11-27). Here the ring is forged
+    (no Revoke follows), so the pause runs to its bound."""
+    admin, low, high = _groups(tokend)
+    idle_high = tokend.shim_client("high", high.secret)   # attached, so its group is flagged; never asks
+    slot = idle_high.attach_reply.doorbell_slot
+    assert slot != 0
+    lessee = runner.start("resume", "driver", MS // 2, stdin=True, **group_env(tokend, "low", low.secret))
+    wait_for_line(lessee, "leased=1")
+    _ring_as(tokend.client_socket.parent / preempt_doorbell.FILE_NAME, slot, priority=3)
+    lessee.stdin.write("go\n")
+    lessee.stdin.flush()
+    out_text, err_text = lessee.communicate(timeout=30)
+    assert lessee.returncode == 0, err_text
+    stats = parse_kv(out_text)
+    assert int(stats["shim_lease_resumes"]) == 1, out_text
+    with shim_build.expect_feature():
+        assert int(stats["shim_doorbell_pauses"]) == 1, out_text
+        # The resuming launch waited out the pause (3 ms, GS_GATE_DOORBELL_PAUSE_NS: no Revoke came).
+        assert int(stats["resume_launch_us"]) >= 2000, out_text
+    assert int(stats["shim_revokes"]) == 0
 
 
 def _periodic_high_beside_low_holder(runner, tokend, kernel_ns=2 * MS):

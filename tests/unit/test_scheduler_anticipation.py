@@ -89,11 +89,48 @@ def test_the_window_spans_the_shortest_to_the_longest_period():
     assert end == pytest.approx(last + 0.0250 + SLACK)
 
 
+def test_a_closed_loop_preemptor_is_expected_one_think_after_its_idle_release():
+    """A server that thinks a fixed time after each burst, whatever the
+    burst took: its periods carry the bursts' latency (here 2-9 ms, as
+    beside 8192 matmuls on an H100), its think gaps do not."""
+    think = 0.010
+    lengths = [0.002, 0.009, 0.004, 0.007, 0.003, 0.008]
+    s = sharing()
+    burst(s, 0.05)
+    at = 0.1
+    for length in lengths:
+        burst(s, at, length)
+        released = at + length
+        at = released + think
+    periods_spread = max(lengths[-ARRIVALS + 1:]) - min(lengths[-ARRIVALS + 1:])
+    assert periods_spread > scheduler_module._PERIODIC_SPREAD  # periods alone would expect nothing
+    start, end = s.expected_preemption(released + 0.005)
+    assert start == pytest.approx(released + think)
+    assert end == pytest.approx(released + think + SLACK)
+
+
+def test_of_two_regular_shapes_the_tighter_window_is_published():
+    """Bursts of one length at a fixed rate are regular both ways: the
+    periods and the gaps give the same window. With lengths varying a
+    little (within the spread), both are regular; the gaps' window, whose
+    spread is the smaller, is the one published."""
+    s = sharing()
+    burst(s, 0.05)
+    at = 0.1
+    think = 0.015
+    for length in (0.004, 0.005, 0.004, 0.006, 0.005):
+        burst(s, at, length)
+        released = at + length
+        at = released + think
+    start, end = s.expected_preemption(released + 0.005)
+    assert (start, end) == (pytest.approx(released + think), pytest.approx(released + think + SLACK))
+
+
 def test_irregular_arrivals_expect_nothing():
     s = sharing()
     burst(s, 0.05)
     at = 0.1
-    for period in (0.024, 0.030, 0.024, 0.024, 0.024):  # spread 6 ms
+    for period in (0.024, 0.030, 0.024, 0.024, 0.024):  # spread 6 ms, in the periods and the think gaps
         burst(s, at)
         at += period
     assert s.expected_preemption(at - 0.010) is None

@@ -8,6 +8,9 @@
  *   cuda_probe launch ROUTE N KERNEL_NS        N sleep kernels, no sync, then one sync
  *   cuda_probe loop ROUTE SECONDS KERNEL_NS SYNC_EVERY   saturating loop (0: never sync)
  *   cuda_probe bursts ROUTE SECONDS KERNEL_NS BURST THINK_MS  think, BURST kernels, sync, again
+ *   cuda_probe resume ROUTE KERNEL_NS          one kernel, sync, wait until the gate keeps the token
+ *                                              as a lease, print leased=1, read a line from stdin,
+ *                                              then time the launch that resumes the lease
  *   cuda_probe synced ROUTE SECONDS KERNEL_NS PROBE_EVERY  each kernel synchronised; before every
  *                                              PROBE_EVERY-th, a 0 ns kernel of the same function
  *                                              (the real-GPU check's probe: scripts/gpu-check)
@@ -219,6 +222,36 @@ static int run_bursts(double seconds, uint64_t ns, int burst, double think_ms)
     return 0;
 }
 
+/* A lease resumed on cue: the test rings between leased=1 and its line on
+ * stdin, and reads how long the resuming launch call took. */
+static int run_resume(uint64_t ns)
+{
+    int (*stats)(gslice_shim_stats *) = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
+    check(launch_sleep(ns), "launch");
+    check(ctx_sync(), "cuCtxSynchronize");
+    gslice_shim_stats st;
+    double deadline = now_s() + 10.0;
+    while (!stats || stats(&st) != 0 || st.gate_state != 5 /* GS_GATE_LEASED */) {
+        if (!stats || now_s() > deadline) {
+            printf("error=no lease within 10 s\n");
+            return 3;
+        }
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    printf("leased=1\n");
+    fflush(stdout);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin))
+        return 3;
+    double t0 = now_s();
+    check(launch_sleep(ns), "launch");
+    printf("resume_launch_us=%.0f\n", (now_s() - t0) * 1e6);
+    check(ctx_sync(), "cuCtxSynchronize");
+    print_shim_stats();
+    return 0;
+}
+
 static int run_alloc(size_t chunk, int max)
 {
     int ok = 0;
@@ -262,6 +295,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "bursts") && argc >= 7) {
         setup(argv[2], 0);
         return run_bursts(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]), atof(argv[6]));
+    }
+    if (!strcmp(mode, "resume") && argc >= 4) {
+        setup(argv[2], 0);
+        return run_resume(strtoull(argv[3], NULL, 10));
     }
     if (!strcmp(mode, "alloc") && argc >= 5) {
         setup(argv[2], 0);
