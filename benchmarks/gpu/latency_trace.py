@@ -19,17 +19,19 @@ Every gslice series also records both shims' counters over it (checkpoint
 interval, GPU time per launch and the longest kernel as each gate measured
 them, pauses, paces, renewals).
 
-    python benchmarks/gpu/latency_trace.py [--gpu real|sim] [--backend torch|driver]
+    python benchmarks/gpu/latency_trace.py [--gpu real|sim] [--backends torch driver]
         [--shapes i ii iii] [--bursts 300] [--out DIR]
 
-Writes DIR/latency_trace.json (every latency and start) and
-DIR/latency_trace_logs.tar.gz (the workers' and tokend's logs). Runs from the
-gpu-check bundle on the GPU machine (PYTHONPATH=build/gpu-check/site)."""
+Writes DIR/latency_trace_<backend>.json (every latency and start) and
+DIR/latency_trace_<backend>_logs.tar.gz (the workers' and tokend's logs).
+Runs from the gpu-check bundle on the GPU machine
+(PYTHONPATH=build/gpu-check/site); about 70 s per backend on an H100."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -58,32 +60,26 @@ def stats_over(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0) if counted(k, v) else v for k, v in after.items()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", default="real", choices=("real", "sim"))
-    parser.add_argument("--backend", default="torch", choices=("torch", "driver"))
-    parser.add_argument("--shapes", nargs="+", default=["i", "ii", "iii"], help="prefixes of sec_latency.SHAPES")
-    parser.add_argument("--bursts", type=int, default=300, help="bursts per series beside the neighbour")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "latency-trace")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="latency-trace-"))
-    shapes = [s for s in SHAPES if s[0].split("_")[0] in args.shapes]
-    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": args.gpu,
-                    "backend": args.backend, "shapes": {}}
+def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path) -> None:
+    """The five series of each shape with one backend's workloads; writes
+    out/latency_trace_<backend>.json and out/latency_trace_<backend>_logs.tar.gz."""
+    work = Path(tempfile.mkdtemp(prefix=f"latency-trace-{backend}-"))
+    shapes = [s for s in SHAPES if s[0].split("_")[0] in shape_names]
+    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": gpu,
+                    "backend": backend, "shapes": {}}
+    result = out / f"latency_trace_{backend}.json"
     debug = {"GSLICE_LOG_LEVEL": "debug"}
     os.environ.setdefault("GSLICE_EXPERIMENT_TOKEND_LOG", "debug")
-    with SharingExperiment(work / "exp", gpu=args.gpu) as exp:
+    with SharingExperiment(work / "exp", gpu=gpu) as exp:
         exp.add_group("hi", request="50%", limit="100%", memory="4GiB", priority="high")
         exp.add_group("lo", request="50%", limit="100%", memory="4GiB", priority="low")
         workers = {
-            "burst_bare": Worker(exp, "hi", args.backend, "burst-bare", work, shim=False),
-            "burst_shim": Worker(exp, "hi", args.backend, "burst-shim", work),
-            "burst_traced": Worker(exp, "hi", args.backend, "burst-traced", work, env=debug),
-            "nb_bare": Worker(exp, "lo", args.backend, "neighbour-bare", work, shim=False),
-            "nb_shim": Worker(exp, "lo", args.backend, "neighbour-shim", work),
-            "nb_traced": Worker(exp, "lo", args.backend, "neighbour-traced", work, env=debug),
+            "burst_bare": Worker(exp, "hi", backend, "burst-bare", work, shim=False),
+            "burst_shim": Worker(exp, "hi", backend, "burst-shim", work),
+            "burst_traced": Worker(exp, "hi", backend, "burst-traced", work, env=debug),
+            "nb_bare": Worker(exp, "lo", backend, "neighbour-bare", work, shim=False),
+            "nb_shim": Worker(exp, "lo", backend, "neighbour-shim", work),
+            "nb_traced": Worker(exp, "lo", backend, "neighbour-traced", work, env=debug),
         }
         try:
             wait_ready(list(workers.values()), 180.0)
@@ -95,7 +91,7 @@ def main() -> int:
                                "series": {}}
                 for series in SERIES:
                     burster, neighbour, jitter = plan[series]
-                    count = max(50, args.bursts // 3) if neighbour is None else args.bursts
+                    count = max(50, bursts // 3) if neighbour is None else bursts
                     if neighbour:
                         workers[neighbour].call("neighbour_start", 60, unit=unit, sync_every=sync_every)
                         time.sleep(0.3)
@@ -113,7 +109,7 @@ def main() -> int:
                                                "seconds": reply["seconds"], "neighbour": stopped,
                                                "shim_stats": {w: stats_over(before[w], after[w]) for w in shimmed}}
                     p = shape["series"][series]["latency_ms"]
-                    print(f"[{name}] {series:14s} n={p['n']:4d} p10 {p['p10']:.2f} p50 {p['p50']:.2f} "
+                    print(f"[{backend} {name}] {series:14s} n={p['n']:4d} p10 {p['p10']:.2f} p50 {p['p50']:.2f} "
                           f"p90 {p['p90']:.2f} p99 {p['p99']:.2f} max {p['max']:.2f} ms"
                           + (f"; neighbour {stopped['iterations'] / stopped['seconds']:.0f} it/s" if stopped else ""),
                           flush=True)
@@ -126,14 +122,33 @@ def main() -> int:
                                   f"lease resumes {st['lease_resumes']}, idle releases {st['idle_releases']}",
                                   flush=True)
                 report["shapes"][name] = shape
-                (out / "latency_trace.json").write_text(json.dumps(report))
+                result.write_text(json.dumps(report))
         finally:
             for w in workers.values():
                 w.close()
-    with tarfile.open(out / "latency_trace_logs.tar.gz", "w:gz") as tar:
+    logs = out / f"latency_trace_{backend}_logs.tar.gz"
+    with tarfile.open(logs, "w:gz") as tar:
         for path in sorted(work.rglob("*.log")):
             tar.add(path, arcname=str(path.relative_to(work)))
-    print(f"[latency-trace] {out / 'latency_trace.json'}, logs in {out / 'latency_trace_logs.tar.gz'}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"[latency-trace] {result}, logs in {logs}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="real", choices=("real", "sim"))
+    parser.add_argument("--backends", nargs="+", choices=("torch", "driver"),
+                        help="default on a GPU: torch then driver (PyTorch matmuls, then the same lengths as "
+                             "driver-API spin kernels, one launch per unit: where the two differ, the launch "
+                             "pattern is the difference); on the simulated GPU: driver")
+    parser.add_argument("--shapes", nargs="+", default=["i", "ii", "iii"], help="prefixes of sec_latency.SHAPES")
+    parser.add_argument("--bursts", type=int, default=300, help="bursts per series beside the neighbour")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "latency-trace")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for backend in args.backends or (["torch", "driver"] if args.gpu == "real" else ["driver"]):
+        trace(args.gpu, backend, args.shapes, args.bursts, out)
     return 0
 
 
