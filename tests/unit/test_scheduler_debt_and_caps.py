@@ -75,6 +75,9 @@ def used_between(busy, t0: float, t1: float) -> float:
 # A work item longer than the cap: the group waits until its whole usage has
 # left the window, which round-off once made "never" (no wakeup scheduled).
 @example(limit=0.1, items=[1.098310301360171], gap=0.0, report_items=True)
+# Back from a pause its own window imposed, a group was credited that pause
+# as lateness and ran the window's whole 3 s back to back (2.89 s in 3 s).
+@example(limit=0.3, items=[0.5, 0.375, 1.125, 1.0], gap=0.0, report_items=True)
 def test_debt_usage_over_any_window_is_at_most_limit_plus_one_work_item(limit, items, gap, report_items):
     busy, _ = run_capped(limit, items, gap, until=25.0, report_items=report_items)
     # One slice: a work item (+ quantum_min), or the smooth cap's short slice.
