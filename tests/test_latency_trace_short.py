@@ -1,0 +1,55 @@
+"""benchmarks/gpu/latency_trace.py in a tiny run on the simulated GPU, so the
+diagnosis a device session runs first cannot rot between runs on a GPU:
+its five series, both gates' counters per series (read through
+gslice_shim_stats, whose layout the C and Python sides must agree on), each
+traced burst's kernel ends on the GPU, and the shims' debug logs. Figures
+are not judged here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "benchmarks" / "gpu" / "latency_trace.py"
+
+
+def test_latency_trace_records_every_series_with_the_gates_counters_and_the_gpu_marks(tmp_path):
+    before = set(Path(tempfile.gettempdir()).glob("latency-trace-*"))
+    result = subprocess.run([sys.executable, str(TRACE), "--gpu", "sim", "--shapes", "i", "--bursts", "20",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    report = json.loads((tmp_path / "latency_trace_driver.json").read_text())
+    assert report["backend"] == "driver" and report["gpu"] == "sim"
+    series = report["shapes"]["i_4096_sync4"]["series"]
+    assert list(series) == ["alone_bare", "bare_beside", "gslice", "gslice_jitter", "gslice_traced"]
+    assert series["alone_bare"]["latency_ms"]["n"] == 50
+    for name in ("bare_beside", "gslice", "gslice_jitter", "gslice_traced"):
+        assert series[name]["latency_ms"]["n"] == 20
+        assert len(series[name]["starts_monotonic"]) == 20
+        assert series[name]["neighbour"]["iterations"] > 0
+    # Bare series have no shim to ask; shimmed ones report both gates over the series.
+    assert series["bare_beside"]["shim_stats"] == {}
+    for name, burster, neighbour in (("gslice", "burst_shim", "nb_shim"),
+                                     ("gslice_traced", "burst_traced", "nb_traced")):
+        stats = series[name]["shim_stats"]
+        assert set(stats) == {burster, neighbour}
+        for worker in stats.values():
+            assert worker["available"] and worker["metered"] == 1, worker
+            assert worker["checkpoint_interval"] >= 1 and worker["checkpoints"] > 0, worker
+            assert 100 <= worker["launch_gpu_us"] <= 1000, worker   # 220 us kernels, as measured
+        assert stats[burster]["doorbell_rings"] >= 1   # counted over the series, not since the start
+        assert stats[burster]["doorbell_rings"] <= 20
+    marks = series["gslice_traced"]["gpu_marks_ms"]
+    assert len(marks) == 20 and all(len(burst) == 8 for burst in marks)
+    assert all(b >= a for burst in marks for a, b in zip(burst, burst[1:]))
+    assert series["gslice"]["gpu_marks_ms"] is None
+    with tarfile.open(tmp_path / "latency_trace_driver_logs.tar.gz") as tar:
+        names = tar.getnames()
+        assert "worker-neighbour-traced.log" in names
+        traced = tar.extractfile("worker-neighbour-traced.log").read().decode()
+    assert "gslice[" in traced and " debug " in traced
+    assert set(Path(tempfile.gettempdir()).glob("latency-trace-*")) == before   # its work folder is gone
