@@ -96,5 +96,6 @@ def test_tokend_restart_reattaches_and_redeclares_memory(real_tokend, start_real
     driver.expect("event disconnected", timeout=30)
     fields, _ = driver.expect("event attached", timeout=60)
     assert fields[3] == "reconnect=1"
+    driver.attached()  # the event comes from the callback, just before calls are let through
     # The restarted daemon learnt the reservation from the re-Attach.
     assert driver.run("memory-info 10000")[0][1:4] == ["0", str(GIB), str(8 << 20)]
