@@ -64,8 +64,15 @@ void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why)
     atomic_store_explicit(&g->preempted_ns, now, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->n_doorbell_pauses, 1, memory_order_relaxed);
     uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
-    GS_DEBUG("token %llu: preemption doorbell %s, submissions paused (queued work ends in about %lld us)",
-             (unsigned long long)g->token_id, why, (long long)((int64_t)(queued_end - now) / 1000));
+    /* With what the estimate rests on: a checkpoint every `interval`
+     * launches at `per launch` of GPU time each (the H100 trace's question:
+     * 7 ms ran after rings whose estimate said 1 ms). */
+    GS_DEBUG("token %llu: preemption doorbell %s, submissions paused (queued work ends in about %lld us; "
+             "checkpoint every %d launches, %u us per launch, longest %u us)",
+             (unsigned long long)g->token_id, why, (long long)((int64_t)(queued_end - now) / 1000),
+             (int)atomic_load_explicit(&g->interval, memory_order_relaxed),
+             (unsigned)atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed),
+             (unsigned)atomic_load_explicit(&g->longest_work_us, memory_order_relaxed));
 }
 
 /* Anticipation (mu held, HOLDING): does work ending at work_end_ns run

@@ -47,6 +47,22 @@ def test_latency_trace_records_every_series_with_the_gates_counters_and_the_gpu_
     assert len(marks) == 20 and all(len(burst) == 8 for burst in marks)
     assert all(b >= a for burst in marks for a, b in zip(burst, burst[1:]))
     assert series["gslice"]["gpu_marks_ms"] is None
+    # The GPU marks on the host's clock: each burst's first event is reached
+    # after its start and before its end (a clock mapping off by more than a
+    # millisecond fails), and the neighbour's units end in order, each after
+    # its launch call.
+    traced = series["gslice_traced"]
+    for start, gpu_start, latency in zip(traced["starts_monotonic"], traced["gpu_starts_monotonic"],
+                                         traced["latencies_ms"]):
+        assert start - 0.001 <= gpu_start <= start + latency / 1e3 + 0.001, (start, gpu_start, latency)
+    units = traced["neighbour_units"]
+    assert len(units) >= traced["neighbour"]["iterations"] > 0
+    assert all(end >= launched - 0.001 for launched, end in units)
+    assert all(b[1] >= a[1] for a, b in zip(units, units[1:]))
+    around = traced["neighbour_around_bursts"]
+    assert len(around["queued_at_start"]) == len(around["launched_during"]) == 20
+    assert sum(around["launched_during"]) + sum(around["queued_at_start"]) > 0   # a neighbour ran beside them
+    assert series["gslice"]["neighbour_units"] is None
     with tarfile.open(tmp_path / "latency_trace_driver_logs.tar.gz") as tar:
         names = tar.getnames()
         assert "worker-neighbour-traced.log" in names

@@ -13,7 +13,11 @@ in one run, so that gslice is read against the GPU's own behaviour:
                   too): the ring, the neighbour's pause and what it had
                   queued, anticipation's windows, the grant; and each
                   burst kernel's end on the GPU (events), so a wait before
-                  the burst reads apart from a neighbour run inside it.
+                  the burst reads apart from a neighbour run inside it;
+                  and each neighbour unit's launch call and end on the GPU,
+                  on the same clock: what the neighbour really had queued
+                  at each burst's start (its gate's estimate is in the
+                  ring's debug line) and what it launched during the burst.
 
 Every gslice series also records both shims' counters over it (checkpoint
 interval, GPU time per launch and the longest kernel as each gate measured
@@ -60,6 +64,28 @@ def stats_over(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0) if counted(k, v) else v for k, v in after.items()}
 
 
+def neighbour_around_bursts(starts: list[float], latencies_ms: list[float], units: list[list[float]]) -> dict:
+    """Per burst, from the neighbour's units ([launch call, end on the
+    GPU], time.monotonic()): how many were queued when the burst started
+    (launched before, ended after), when the last of them ended (ms after
+    the start: what the burst waited behind, or shared the GPU with), and
+    how many the neighbour launched while the burst ran; their percentiles,
+    and the bursts' latency by units queued at the start."""
+    ahead, drain, fed = [], [], []
+    by_ahead: dict[int, list[float]] = {}
+    for start, latency in zip(starts, latencies_ms):
+        end = start + latency / 1e3
+        queued = [u for u in units if u[0] < start < u[1]]
+        ahead.append(len(queued))
+        drain.append(round(max((u[1] - start for u in queued), default=0.0) * 1e3, 3))
+        fed.append(sum(1 for u in units if start <= u[0] < end))
+        by_ahead.setdefault(len(queued), []).append(latency)
+    return {"queued_at_start": ahead, "queued_ends_after_ms": drain, "launched_during": fed,
+            "summary": {"queued_at_start": percentiles(ahead), "queued_ends_after_ms": percentiles(drain),
+                        "launched_during": percentiles(fed),
+                        "latency_ms_by_queued_at_start": {str(k): percentiles(v) for k, v in sorted(by_ahead.items())}}}
+
+
 def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path) -> None:
     """The five series of each shape with one backend's workloads; writes
     out/latency_trace_<backend>.json and out/latency_trace_<backend>_logs.tar.gz."""
@@ -92,20 +118,25 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
                 for series in SERIES:
                     burster, neighbour, jitter = plan[series]
                     count = max(50, bursts // 3) if neighbour is None else bursts
+                    traced = series == "gslice_traced"
                     if neighbour:
-                        workers[neighbour].call("neighbour_start", 60, unit=unit, sync_every=sync_every)
+                        workers[neighbour].call("neighbour_start", 60, unit=unit, sync_every=sync_every,
+                                                gpu_marks=traced)
                         time.sleep(0.3)
                     shimmed = [w for w in (burster, neighbour) if w and not w.endswith("bare")]
                     before = {w: workers[w].call("shim_stats", 30) for w in shimmed}
                     reply = workers[burster].call("bursts", 600, count=count, burst=8, think_ms=10.0,
                                                   unit="mm4096h", think_jitter_ms=jitter, seed=len(series),
-                                                  gpu_marks=series == "gslice_traced")
+                                                  gpu_marks=traced)
                     stopped = workers[neighbour].call("neighbour_stop", 120) if neighbour else None
+                    units = stopped.pop("units", None) if stopped else None
                     after = {w: workers[w].call("shim_stats", 30) for w in shimmed}
                     lat = reply["latencies_ms"]
                     shape["series"][series] = {"latency_ms": percentiles(lat, (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)),
                                                "latencies_ms": lat, "starts_monotonic": reply["starts_monotonic"],
                                                "gpu_marks_ms": reply.get("gpu_marks_ms"),
+                                               "gpu_starts_monotonic": reply.get("gpu_starts_monotonic"),
+                                               "neighbour_units": units,
                                                "seconds": reply["seconds"], "neighbour": stopped,
                                                "shim_stats": {w: stats_over(before[w], after[w]) for w in shimmed}}
                     p = shape["series"][series]["latency_ms"]
@@ -113,6 +144,17 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
                           f"p90 {p['p90']:.2f} p99 {p['p99']:.2f} max {p['max']:.2f} ms"
                           + (f"; neighbour {stopped['iterations'] / stopped['seconds']:.0f} it/s" if stopped else ""),
                           flush=True)
+                    if units is not None:
+                        around = neighbour_around_bursts(reply["starts_monotonic"], lat, units)
+                        shape["series"][series]["neighbour_around_bursts"] = around
+                        summary = around["summary"]
+                        print(f"    neighbour units queued at a burst's start p50/p90/p99 "
+                              f"{_p(summary['queued_at_start'])}, the last ending "
+                              f"{_p(summary['queued_ends_after_ms'], '.2f')} ms after it; launched during a "
+                              f"burst {_p(summary['launched_during'])}", flush=True)
+                        for k, v in summary["latency_ms_by_queued_at_start"].items():
+                            print(f"      {k} queued: {v['n']} bursts, p50 {v['p50']:.2f} p90 {v['p90']:.2f} "
+                                  f"max {v['max']:.2f} ms", flush=True)
                     for w, st in shape["series"][series]["shim_stats"].items():
                         if st.get("available"):
                             print(f"    {w}: interval {st['checkpoint_interval']}, {st['launch_gpu_us']} us per launch, "
@@ -132,6 +174,10 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
             tar.add(path, arcname=str(path.relative_to(work)))
     shutil.rmtree(work, ignore_errors=True)
     print(f"[latency-trace] {result}, logs in {logs}", flush=True)
+
+
+def _p(summary: dict, fmt: str = "g") -> str:
+    return "/".join(format(summary.get(k, 0), fmt) for k in ("p50", "p90", "p99"))
 
 
 def main() -> int:

@@ -42,6 +42,7 @@ UNIT_US = {
     "mm16384bf": 12500.0,  # 16384x16384 bf16 matmul
     "add": 0.0,            # x.add_ on 1024 floats: launch-bound
 }
+CUDA_ERROR_NOT_READY = 600  # cuEventQuery: not reached yet
 
 
 def percentiles(values: list[float], qs=(0.1, 0.5, 0.9, 0.99)) -> dict:
@@ -110,6 +111,14 @@ class DriverBackend:
         ms = ctypes.c_float()
         self.drv._check("cuEventElapsedTime", self.lib.cuEventElapsedTime(ctypes.byref(ms), start, end))
         return ms.value
+
+    def done(self, ev) -> bool:
+        """Has the GPU reached the event?"""
+        rc = self.lib.cuEventQuery(ev)
+        if rc == CUDA_ERROR_NOT_READY:
+            return False
+        self.drv._check("cuEventQuery", rc)
+        return True
 
     def allocate(self, nbytes: int) -> bool:
         """One allocation; False when the driver (or the shim) says out of memory."""
@@ -297,6 +306,45 @@ def shim_stats() -> dict:
     return {"available": True, **{name: getattr(stats, name) for name in names}}
 
 
+class _UnitMarks:
+    """A neighbour loop's units on the host's clock: [launch call, end on
+    the GPU] each, from an event recorded after every unit (reused once
+    read)."""
+
+    PENDING_MAX = 2048   # more unread than that (never synced, no gate): wait for them
+
+    def __init__(self, server: "Server", backend):
+        self.server, self.b = server, backend
+        self.units: list[list[float]] = []
+        self.pending: list = []
+        self.spare: list = []
+        self.base = None
+        self.base_at = 0.0
+
+    def start(self) -> None:
+        self.base, self.base_at = self.server.gpu_clock()
+
+    def launched(self, at: float) -> None:
+        ev = self.spare.pop() if self.spare else self.b.event()
+        self.b.record(ev)
+        self.pending.append((at, ev))
+        if len(self.pending) > self.PENDING_MAX:
+            self.b.sync()
+            self.harvest()
+
+    def harvest(self) -> None:
+        """Read the events the GPU has reached, oldest first."""
+        read = 0
+        for at, ev in self.pending:
+            if not self.b.done(ev):
+                break
+            end = self.base_at + self.b.elapsed_ms(self.base, ev) / 1e3
+            self.units.append([round(at, 6), round(end, 6)])
+            self.spare.append(ev)
+            read += 1
+        del self.pending[:read]
+
+
 def make_backend(name: str):
     if name == "torch":
         from .workloads_torch import TorchBackend
@@ -365,6 +413,17 @@ class Server:
         return {"iterations": done, "seconds": elapsed, "per_second": whole, "kernel_ms": percentiles(kernel_ms),
                 "unit": unit, "sync_every": sync_every, "first_at": start}
 
+    def gpu_clock(self):
+        """An event the GPU has reached and time.monotonic() just after:
+        another event's GPU time then reads on the host's clock as that time
+        + elapsed_ms(base, event) / 1e3 (late by the sync's return, some
+        microseconds). Each process its own, so two processes' GPU marks
+        line up with each other and with the shims' debug lines."""
+        base = self.b.event()
+        self.b.record(base)
+        self.b.sync()
+        return base, time.monotonic()
+
     def warm(self, unit: str) -> None:
         """One unit, untimed: a new shape's first run (buffers, library
         kernel choice, lazy module load) stays out of what is measured."""
@@ -391,12 +450,14 @@ class Server:
         on time.monotonic() (to line up with the shim's debug lines).
         gpu_marks: also each unit's end on the GPU, in ms after an event
         recorded just before the first (the burst's GPU span, and whether
-        another context ran in the middle of it)."""
+        another context ran in the middle of it), and when the GPU reached
+        that first event, on time.monotonic() (gpu_clock)."""
         b = self.b
-        latencies, starts, marks = [], [], []
+        latencies, starts, marks, gpu_starts = [], [], [], []
         rng = random.Random(seed)
         self.warm(unit)
         events = [b.event() for _ in range(burst + 1)] if gpu_marks else []
+        base, base_at = self.gpu_clock() if gpu_marks else (None, 0.0)
         start = time.monotonic()
         for _ in range(count):
             starts.append(round(time.monotonic(), 6))
@@ -411,16 +472,21 @@ class Server:
             latencies.append((time.perf_counter() - t0) * 1e3)
             if events:
                 marks.append([round(b.elapsed_ms(events[0], ev), 4) for ev in events[1:]])
+                gpu_starts.append(round(base_at + b.elapsed_ms(base, events[0]) / 1e3, 6))
             time.sleep(max(0.0, think_ms + rng.uniform(-think_jitter_ms, think_jitter_ms)) / 1e3)
         out = {"bursts": count, "seconds": time.monotonic() - start, "latency_ms": percentiles(latencies),
                "latencies_ms": [round(x, 4) for x in latencies], "starts_monotonic": starts}
         if gpu_marks:
             out["gpu_marks_ms"] = marks
+            out["gpu_starts_monotonic"] = gpu_starts
         return out
 
-    def neighbour_start(self, unit: str, sync_every: int) -> dict:
+    def neighbour_start(self, unit: str, sync_every: int, gpu_marks: bool = False) -> dict:
         """Saturate in a background thread until neighbour_stop
-        (sync_every 0: never synchronise until stopped)."""
+        (sync_every 0: never synchronise until stopped). gpu_marks: the stop
+        reports each unit's launch call and its end on the GPU, both on
+        time.monotonic() (gpu_clock): what the neighbour had queued when a
+        burst started, and how much of it ran inside the burst."""
         if self.neighbour is not None:
             raise RuntimeError("a neighbour loop is already running")
         self.neighbour_stop.clear()
@@ -431,15 +497,26 @@ class Server:
             b = self.b
             t0 = time.monotonic()
             n = 0
+            marks = _UnitMarks(self, b) if gpu_marks else None
             try:
                 getattr(b, "bind_thread", lambda: None)()
+                if marks:
+                    marks.start()
                 while not self.neighbour_stop.is_set():
                     for _ in range(sync_every or 16):
+                        launched = time.monotonic()
                         b.launch_unit(unit)
+                        if marks:
+                            marks.launched(launched)
                     n += sync_every or 16
                     if sync_every:
                         b.sync()
+                    if marks:
+                        marks.harvest()
                 b.sync()
+                if marks:
+                    marks.harvest()
+                    report["units"] = marks.units
             except BaseException as exc:  # reported on stop
                 report["error"] = f"{type(exc).__name__}: {exc}"
             report.update(iterations=n, seconds=time.monotonic() - t0)

@@ -66,6 +66,9 @@ class TorchBackend:
     def elapsed_ms(self, start, end) -> float:
         return start.elapsed_time(end)
 
+    def done(self, ev) -> bool:
+        return ev.query()
+
     def allocate(self, nbytes: int) -> bool:
         torch = self.torch
         try:
