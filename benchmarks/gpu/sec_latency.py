@@ -31,10 +31,11 @@ def _pct(values: list[float], q: float) -> float | None:
 
 def run(ctx: Context) -> None:
     rec = ctx.record
-    chunk = ctx.count(300, 20)
+    # 1000 bursts beside each neighbour, as issue 23 asks (~14 ms each: the
+    # section took 51 s of its 100 with 600 on an H100; ~68 s with 1000).
+    chunk = ctx.count(500, 20)
     alone_chunk = ctx.count(100, 10)
-    rec.set("sizes", {"bursts_beside_per_shape": 2 * chunk, "bursts_alone_per_shape": 2 * alone_chunk,
-                      "note": "sized to fit the 8-minute budget; issue 23 asks for >= 1000 per series"})
+    rec.set("sizes", {"bursts_beside_per_shape": 2 * chunk, "bursts_alone_per_shape": 2 * alone_chunk})
     with SharingExperiment(ctx.work_dir / "exp", gpu=ctx.gpu) as exp:
         exp.add_group("hi", request="50%", limit="100%", memory="4GiB", priority="high")
         exp.add_group("lo", request="50%", limit="100%", memory="4GiB", priority="low")
