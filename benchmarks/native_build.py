@@ -33,6 +33,7 @@ def rpc_roundtrip() -> Path:
     out = BUILD / "rpc_roundtrip"
     BUILD.mkdir(parents=True, exist_ok=True)
     sources = ["hook/bench/rpc_roundtrip.c", "hook/rpc_client.c", "hook/h2_connection.c", "hook/rpc_codec.c",
+               "hook/calls_socket.c",
                str(NANOPB / "gslice/v1/client.pb.c"), str(NANOPB / "gslice/v1/common.pb.c")]
     runtime = subprocess.run(["gcc", "-print-file-name=libprotobuf-nanopb.a"], capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -160,6 +160,8 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     cfg->handback = switch_setting(lookup, "GSLICE_HANDBACK", "a slice's end is told to the next group");
     cfg->burst_end = switch_setting(lookup, "GSLICE_BURST_END", "a burst's end is checked at its synchronisation");
     cfg->calls_stream = switch_setting(lookup, "GSLICE_CALLS_STREAM", "token and memory calls go on the Calls stream");
+    cfg->calls_socket = switch_setting(lookup, "GSLICE_CALLS_SOCKET",
+                                       "token and memory calls go on tokend's client.calls when it offers one");
 
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }

@@ -32,6 +32,8 @@ typedef struct gs_config {
                                 * own synchronisation (gate_burst_end.c) */
     bool calls_stream;         /* GSLICE_CALLS_STREAM (default 1): token and memory calls on the Calls stream
                                 * (rpc_client.c); 0: unary calls */
+    bool calls_socket;         /* GSLICE_CALLS_SOCKET (default 1): ... on client.calls when tokend offers it
+                                * (calls_socket.h); 0: on the Calls stream */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

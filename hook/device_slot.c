@@ -56,8 +56,8 @@ static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
                 s->socket_path, info->group);
         gs_gate_on_connection_lost(&s->gate);
     } else {
-        GS_INFO("attached to tokend at %s: group %s, gpu %s, memory quota %llu bytes", s->socket_path,
-                info->group, info->gpu_uuid, (unsigned long long)info->memory_quota);
+        GS_INFO("attached to tokend at %s: group %s, gpu %s, memory quota %llu bytes; calls on %s", s->socket_path,
+                info->group, info->gpu_uuid, (unsigned long long)info->memory_quota, info->calls_transport);
     }
     if (info->lease_at_start)
         gs_gate_lease_at_start(&s->gate);
@@ -123,6 +123,7 @@ static gs_slot *create_slot_locked(const char *uuid)
         .reserved_bytes = reserved_bytes,
         .ctx = s,
         .unary_calls_only = !cfg->calls_stream,
+        .no_calls_socket = !cfg->calls_socket,
     };
     s->rpc = gs_rpc_start(&rc);
     if (!s->rpc) {

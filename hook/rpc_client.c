@@ -42,6 +42,7 @@
 #pragma GCC visibility push(hidden)
 /* Messages are composed into fixed buffers; cutting a long one short is intended. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#include "calls_socket.h"
 #include "h2_connection.h"
 #include "rpc_client.h"
 #include "rpc_codec.h"
@@ -135,6 +136,7 @@ typedef struct rpc_call {
     int wait_ms;
     int32_t stream_id;          /* 0 until started */
     uint32_t stream_call_id;     /* != 0: sent on the Calls stream with this call_id */
+    bool on_socket;             /* ... on client.calls instead (calls_socket.h) */
     rpc_request request;
     rpc_reply reply;
     char message[256];
@@ -176,6 +178,10 @@ struct gs_rpc {
     gs_attach_info pending_info;
     int32_t call_stream_id;    /* the open Calls stream; 0: calls go unary */
     uint32_t last_stream_call_id;
+    /* client.calls, when the daemon offers it: those calls go there, not on
+     * the Calls stream. Installed and closed under conn_lock (fork). */
+    bool calls_offered;
+    calls_socket *calls;
 };
 
 static __thread char rpc_last_error[256];
@@ -353,13 +359,29 @@ static bool start_stream(gs_rpc *rpc, rpc_call *call)
     if (client_id)
         memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
     uint8_t framed[REQUEST_MAX_BYTES];
+    bool on_socket = is_stream_call(call->method) && rpc->calls;
     /* A stream we reset (a malformed answer) takes no more calls, though
      * its close is still to come: those go unary meanwhile. */
-    bool on_call_stream = is_stream_call(call->method) && rpc->call_stream_id > 0 &&
+    bool on_call_stream = !on_socket && is_stream_call(call->method) && rpc->call_stream_id > 0 &&
                           h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
     uint32_t call_id = 0;
-    if (on_call_stream && (call_id = ++rpc->last_stream_call_id) == 0)
+    if ((on_socket || on_call_stream) && (call_id = ++rpc->last_stream_call_id) == 0)
         call_id = ++rpc->last_stream_call_id; /* 0 means "not on the stream" */
+    if (on_socket) {
+        size_t len = encode_stream_call(call, call_id, framed, sizeof framed);
+        if (len > 0 && calls_socket_send(rpc->calls, framed, len)) {
+            pthread_mutex_lock(&rpc->lock);
+            call->stream_id = -1;   /* no HTTP/2 stream */
+            call->stream_call_id = call_id;
+            call->on_socket = true;
+            call->next = rpc->in_flight;
+            rpc->in_flight = call;
+            pthread_mutex_unlock(&rpc->lock);
+            return true;
+        }
+        on_call_stream = rpc->call_stream_id > 0 &&   /* out of memory for its buffer: the stream's way */
+                         h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
+    }
     size_t len = on_call_stream
                      ? encode_stream_call(call, call_id, framed, sizeof framed)
                      : rpc_codec_encode(method_table[call->method].request, &call->request, framed,
@@ -389,6 +411,8 @@ static bool start_stream(gs_rpc *rpc, rpc_call *call)
     pthread_mutex_unlock(&rpc->lock);
     return true;
 }
+
+static void open_calls_socket(gs_rpc *rpc);
 
 static void start_internal(gs_rpc *rpc, rpc_call *call)
 {
@@ -494,6 +518,7 @@ static void on_attach_done(gs_rpc *rpc, rpc_call *call, int status, const char *
     info->doorbell_slot = r->doorbell_slot;
     info->doorbell_client = r->doorbell_client;
     info->lease_at_start = r->lease_at_start;
+    rpc->calls_offered = r->calls_socket;
     memcpy(rpc->client_id, r->client_id, sizeof rpc->client_id);
 
     rpc_call *control = call_new(M_CONTROL, true);
@@ -513,6 +538,9 @@ static void on_ready(gs_rpc *rpc)
     if (rpc->phase != PHASE_OPENING_CONTROL)
         return; /* a repeated Ready changes nothing */
     rpc->phase = PHASE_ATTACHED;
+    open_calls_socket(rpc);
+    rpc->pending_info.calls_transport = rpc->calls ? "client.calls"
+                                        : rpc->call_stream_id > 0 ? "the Calls stream" : "unary calls";
     pthread_mutex_lock(&rpc->lock);
     bool reconnect = rpc->attach_count++ > 0;
     pthread_mutex_unlock(&rpc->lock);
@@ -582,14 +610,15 @@ static void finish_call_io(gs_rpc *rpc, rpc_call *call, int status, const char *
     complete_call(rpc, call, status, message);
 }
 
-/* The calls in flight on the Calls stream, taken out of in_flight. */
-static rpc_call *take_stream_calls(gs_rpc *rpc)
+/* The calls in flight on the Calls stream (or on client.calls), taken out
+ * of in_flight. */
+static rpc_call *take_stream_calls(gs_rpc *rpc, bool on_socket)
 {
     rpc_call *taken = NULL;
     pthread_mutex_lock(&rpc->lock);
     for (rpc_call **p = &rpc->in_flight; *p;) {
         rpc_call *call = *p;
-        if (call->stream_call_id) {
+        if (call->stream_call_id && call->on_socket == on_socket) {
             *p = call->next;
             call->next = taken;
             taken = call;
@@ -613,7 +642,7 @@ static void on_call_stream_closed(gs_rpc *rpc, int status, const char *message)
              status == GRPC_STATUS_OK ? "tokend ended it before answering" : message);
     if (status == GRPC_STATUS_OK)
         status = GS_RPC_UNAVAILABLE; /* an answer that never came is no success */
-    rpc_call *taken = take_stream_calls(rpc);
+    rpc_call *taken = take_stream_calls(rpc, false);
     while (taken) {
         rpc_call *call = taken;
         taken = call->next;
@@ -625,9 +654,9 @@ static void on_call_stream_closed(gs_rpc *rpc, int status, const char *message)
     }
 }
 
-/* One ClientAnswer: completes the call it names. */
-static bool handle_stream_answer(gs_rpc *rpc, const uint8_t *body, size_t len, char *err,
-                                size_t err_cap)
+/* One ClientAnswer: completes the call it names (sent the same way). */
+static bool handle_stream_answer(gs_rpc *rpc, bool on_socket, const uint8_t *body, size_t len, char *err,
+                                 size_t err_cap)
 {
     gslice_v1_ClientAnswer answer = gslice_v1_ClientAnswer_init_zero;
     if (!rpc_codec_decode(gslice_v1_ClientAnswer_fields, &answer, body, len, err, err_cap))
@@ -635,7 +664,7 @@ static bool handle_stream_answer(gs_rpc *rpc, const uint8_t *body, size_t len, c
     rpc_call *call = NULL;
     pthread_mutex_lock(&rpc->lock);
     for (rpc_call *c = rpc->in_flight; c; c = c->next) {
-        if (answer.call_id != 0 && c->stream_call_id == answer.call_id) {
+        if (answer.call_id != 0 && c->stream_call_id == answer.call_id && c->on_socket == on_socket) {
             call = c;
             break;
         }
@@ -674,6 +703,45 @@ static bool handle_stream_answer(gs_rpc *rpc, const uint8_t *body, size_t len, c
     return true;
 }
 
+static bool on_socket_answer(void *owner, const uint8_t *body, size_t len, char *err, size_t err_cap)
+{
+    return handle_stream_answer(owner, true, body, len, err, err_cap);
+}
+
+/* Attached, and the daemon serves client.calls: the token and memory calls
+ * go there from now on. Not reached: they stay on the Calls stream. */
+static void open_calls_socket(gs_rpc *rpc)
+{
+    char path[512], err[256];
+    if (!rpc->calls_offered || rpc->cfg.unary_calls_only || rpc->cfg.no_calls_socket ||
+        !calls_socket_path_beside(rpc->cfg.socket_path, path, sizeof path))
+        return;
+    calls_socket *calls = calls_socket_open(path, err, sizeof err);
+    pthread_mutex_lock(&rpc->conn_lock);
+    rpc->calls = calls;
+    pthread_mutex_unlock(&rpc->conn_lock);
+}
+
+/* The calls socket failed (or the connection is going): its calls end
+ * with `status` and the reason (tokend may have served them: not sent
+ * again), as on a Calls stream ended so, and later ones go on the stream. */
+static void close_calls_socket(gs_rpc *rpc, int status, const char *reason)
+{
+    if (!rpc->calls)
+        return;
+    pthread_mutex_lock(&rpc->conn_lock);
+    calls_socket_close(rpc->calls);
+    rpc->calls = NULL;
+    pthread_mutex_unlock(&rpc->conn_lock);
+    rpc_call *taken = take_stream_calls(rpc, true);
+    while (taken) {
+        rpc_call *call = taken;
+        taken = call->next;
+        call->next = NULL;
+        finish_call_io(rpc, call, status, reason);
+    }
+}
+
 static bool on_stream_message(void *owner, void *stream_ctx, const uint8_t *body, size_t len,
                               char *err, size_t err_cap)
 {
@@ -682,7 +750,7 @@ static bool on_stream_message(void *owner, void *stream_ctx, const uint8_t *body
     if (call->method == M_CONTROL)
         return handle_control_event(rpc, body, len, err, err_cap);
     if (call->method == M_CALL_STREAM)
-        return handle_stream_answer(rpc, body, len, err, err_cap);
+        return handle_stream_answer(rpc, false, body, len, err, err_cap);
     if (call->have_reply) {
         snprintf(err, err_cap, "second message on the unary reply of %s",
                  method_table[call->method].path);
@@ -791,6 +859,7 @@ static bool serve_connection(gs_rpc *rpc)
     rpc->broken = rpc->refused = false;
     rpc->broken_reason[0] = '\0';
     rpc->call_stream_id = 0;
+    rpc->calls_offered = false;
     rpc->phase = PHASE_ATTACHING;
     rpc->phase_deadline = deadline_after(ATTACH_DEADLINE_MS);
 
@@ -825,13 +894,17 @@ static bool serve_connection(gs_rpc *rpc)
         }
         if (rpc->broken)
             break; /* a stream closed while flushing (e.g. a rejected Control event): don't sleep in poll */
-        struct pollfd fds[2] = {
+        if (rpc->calls && !calls_socket_flush(rpc->calls, err, sizeof err))
+            close_calls_socket(rpc, GS_RPC_UNAVAILABLE, err);
+        struct pollfd fds[3] = {
             {h2_connection_fd(rpc->conn),
              (short)(POLLIN | (h2_connection_wants_write(rpc->conn) ? POLLOUT : 0)), 0},
             {rpc->wake_fd, POLLIN, 0},
+            {rpc->calls ? calls_socket_fd(rpc->calls) : -1,   /* poll skips -1 */
+             (short)(POLLIN | (rpc->calls && calls_socket_wants_write(rpc->calls) ? POLLOUT : 0)), 0},
         };
         int timeout = rpc->phase == PHASE_ATTACHED ? -1 : ms_until(&rpc->phase_deadline);
-        int n = poll(fds, 2, timeout);
+        int n = poll(fds, 3, timeout);
         if (n < 0 && errno != EINTR) {
             snprintf(err, sizeof err, "poll: %s", strerror(errno));
             mark_broken(rpc, false, err);
@@ -839,6 +912,12 @@ static bool serve_connection(gs_rpc *rpc)
         }
         if (fds[1].revents & POLLIN)
             drain_wake_fd(rpc);
+        /* Answers first: a Revoke read in the same turn names a token whose
+         * grant may be among them. */
+        bool malformed;
+        if (rpc->calls && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            !calls_socket_read(rpc->calls, on_socket_answer, rpc, &malformed, err, sizeof err))
+            close_calls_socket(rpc, malformed ? GS_RPC_PROTOCOL : GS_RPC_UNAVAILABLE, err);
         if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
             if (!h2_connection_read(rpc->conn, err, sizeof err))
                 mark_broken(rpc, false, err);
@@ -859,6 +938,7 @@ static bool serve_connection(gs_rpc *rpc)
     pthread_mutex_unlock(&rpc->lock);
 
     rpc->phase = PHASE_CLOSING; /* handlers start nothing from here on */
+    close_calls_socket(rpc, GS_RPC_UNAVAILABLE, reason);
     pthread_mutex_lock(&rpc->conn_lock);
     h2_connection_close(rpc->conn, GS_RPC_UNAVAILABLE, reason);
     rpc->conn = NULL;
@@ -1246,6 +1326,7 @@ void gs_rpc_fork_child(gs_rpc *rpc)
      * been reused by the child. conn is whole here (conn_lock was held). */
     if (rpc->conn)
         h2_connection_forget(rpc->conn);
+    calls_socket_forget(rpc->calls);
     pthread_mutex_init(&rpc->conn_lock, NULL);
 }
 
@@ -1259,6 +1340,7 @@ void gs_rpc_after_fork_child(gs_rpc *rpc)
     if (rpc->conn)
         h2_connection_forget(rpc->conn);
     rpc->conn = NULL;
+    rpc->calls = NULL;   /* its fd closed in gs_rpc_fork_child; the rest left behind */
     close(rpc->wake_fd); /* shared with the parent's: never write to it */
     rpc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rpc->queue_head = rpc->queue_tail = NULL;

@@ -52,6 +52,9 @@ typedef struct gs_attach_info {
     uint32_t doorbell_slot;    /* the group's preemption doorbell slot + 1; 0: none */
     uint32_t doorbell_client;  /* this client's number on the doorbell page; 0: none */
     bool lease_at_start;       /* the daemon offers a free token as a lease (AttachReply.lease_at_start) */
+    /* Where the token and memory calls go: "client.calls" (calls_socket.h),
+     * "the Calls stream" or "unary calls". */
+    const char *calls_transport;
 } gs_attach_info;
 
 typedef struct gs_rpc_config {
@@ -73,6 +76,9 @@ typedef struct gs_rpc_config {
     /* Never open the Calls stream: every call unary, as with a daemon older
      * than it (benchmarks compare the two in one run). */
     bool unary_calls_only;
+    /* Never use client.calls (calls_socket.h) even when the daemon offers it:
+     * the token and memory calls stay on the Calls stream. */
+    bool no_calls_socket;
 } gs_rpc_config;
 
 typedef struct gs_rpc gs_rpc;

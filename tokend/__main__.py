@@ -47,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="keep a preemption doorbell (client.doorbell beside client.sock) through which a "
                       "preempting client stops the holder's submissions before the Revoke arrives (on, "
                       "the default), or preempt through the Revoke only (off)")
+    _add_switch(parser, "--calls-socket",
+                help="also serve the token and memory calls on a plain unix socket (client.calls beside "
+                      "client.sock), without grpcio's per-message cost (on, the default), or on gRPC's "
+                      "Calls stream only (off)")
     _add_switch(parser, "--anticipate-preemption",
                 help="when a higher class asks at regular periods, tell the holder (on the doorbell) "
                       "when it is expected next, so the holder starts no long kernel that would still run "
@@ -154,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port, metrics_address=args.metrics_address, scheduler=config,
             control_open_timeout=args.control_open_timeout or DEFAULT_CONTROL_OPEN_TIMEOUT,
             limits=limits, bypass_policy=args.bypass_policy, process_watch_seconds=args.process_watch_seconds,
-            preempt_doorbell=args.preempt_doorbell == "on", reclaim_timeout=args.reclaim_timeout_ms / 1000.0)
+            preempt_doorbell=args.preempt_doorbell == "on", calls_socket=args.calls_socket == "on",
+            reclaim_timeout=args.reclaim_timeout_ms / 1000.0)
         asyncio.run(TokenDaemon(options).run())
     except (StartupError, GpuDiscoveryError, StateError) as exc:
         log.error("%s", exc)

@@ -135,6 +135,7 @@ class Coordinator:
         self._timer_when: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.doorbell: PreemptDoorbell | None = None  # set by the daemon (tests run without)
+        self.calls_socket = False  # the daemon serves client.calls (AttachReply.calls_socket)
         metrics.gpu_info.labels(gpu.uuid, gpu.name).set(1)
 
     # ----------------------------------------------------------------- core
@@ -391,7 +392,7 @@ class Coordinator:
             on_daemon_loss=self.loss_policy.get(request.group, DAEMON_LOSS_WAIT),
             doorbell_slot=self.doorbell.slot(request.group) if self.doorbell is not None else 0,
             doorbell_client=doorbell_client if self.doorbell is not None else 0,
-            lease_at_start=self.config.lease_at_start)
+            lease_at_start=self.config.lease_at_start, calls_socket=self.calls_socket)
 
     def _drop_if_no_control(self, client_id: str) -> None:
         session = self.sessions.get(client_id)

@@ -18,12 +18,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gslice.paths import ADMIN_SOCKET_NAME, CLIENT_SOCKET_NAME, PID_FILE_NAME
+from gslice.paths import ADMIN_SOCKET_NAME, CALLS_SOCKET_NAME, CLIENT_SOCKET_NAME, PID_FILE_NAME
 from gslice.v1 import admin_pb2, client_pb2
 
 from .client_service import ClientService
 from .admin_service import AdminService
 from .coordinator import DEFAULT_CONTROL_OPEN_TIMEOUT, Coordinator
+from .calls_socket import CallsSocket
 from .preempt_doorbell import FILE_NAME as DOORBELL_FILE_NAME
 from .preempt_doorbell import PreemptDoorbell
 from .gpu_discovery import GpuInfo, discover
@@ -66,6 +67,7 @@ class DaemonOptions:
     bypass_policy: str = "warn"   # none | warn | kill: processes on the GPU that escape gslice
     process_watch_seconds: float = 5.0  # 0: no NVML process watch
     preempt_doorbell: bool = True  # client.doorbell beside client.sock (tokend/preempt_doorbell.py)
+    calls_socket: bool = True  # client.calls beside client.sock (tokend/calls_socket.py)
     reclaim_timeout: float = DEFAULT_RECLAIM_TIMEOUT  # s: a departed process's memory, when NVML cannot tell
 
 
@@ -166,9 +168,21 @@ class TokenDaemon:
         admin_descriptor = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
         servers = []
         metrics_http = None
+        calls_socket = None
         try:
-            servers.append(await self._build_server(self.client_socket, 0o666, ClientService(coordinator, guard),
+            client_service = ClientService(coordinator, guard)
+            servers.append(await self._build_server(self.client_socket, 0o666, client_service,
                                                     client_descriptor, guard))
+            if self.options.calls_socket:
+                calls_socket = CallsSocket(self.client_socket_dir / CALLS_SOCKET_NAME, client_service, guard,
+                                           self.options.limits.max_connections)
+                try:
+                    await calls_socket.start()
+                    coordinator.calls_socket = True
+                except OSError as exc:
+                    log.warning("calls socket %s not made (%s); shims send their calls on the Calls stream",
+                                calls_socket.path, exc.strerror)
+                    calls_socket = None
             servers.append(await self._build_server(self.admin_socket, 0o600, AdminService(coordinator),
                                                     admin_descriptor, guard))
             if self.options.metrics_port:
@@ -193,9 +207,14 @@ class TokenDaemon:
             for _server, health_servicer in servers:
                 await health_servicer.enter_graceful_shutdown()
             coordinator.shutdown()
+            if calls_socket is not None:
+                await calls_socket.close()
+                calls_socket = None
             await asyncio.gather(*(server.stop(STOP_GRACE_SECONDS) for server, _ in servers))
             servers = []
         finally:
+            if calls_socket is not None:
+                await calls_socket.close()
             for server, _ in servers:
                 await server.stop(None)
             for signum in (signal.SIGTERM, signal.SIGINT):

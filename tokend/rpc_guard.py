@@ -76,7 +76,8 @@ class RpcGuard:
             methods[method.name] = handler
         return grpc.method_handlers_generic_handler(service_descriptor.full_name, methods)
 
-    def _parse(self, name: str, request_class, raw: bytes):
+    def parse(self, name: str, request_class, raw: bytes):
+        """The request `raw` holds, or RpcFailure naming what is wrong with it."""
         if len(raw) > MAX_REQUEST_BYTES:
             raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                              f"{name} request is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES} bytes")
@@ -105,7 +106,7 @@ class RpcGuard:
     def _unary(self, name, request_class, implementation):
         async def handle(raw: bytes, context):
             try:
-                request = self._parse(name, request_class, raw)
+                request = self.parse(name, request_class, raw)
                 return await implementation(request, context)
             except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
                 raise
@@ -116,7 +117,7 @@ class RpcGuard:
     def _stream(self, name, request_class, implementation):
         async def handle(raw: bytes, context):
             try:
-                request = self._parse(name, request_class, raw)
+                request = self.parse(name, request_class, raw)
                 async for reply in implementation(request, context):
                     yield reply
             except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
@@ -131,7 +132,7 @@ class RpcGuard:
         async def handle(_request_iterator, context):
             async def read():
                 raw = await context.read()
-                return None if raw is grpc.aio.EOF else self._parse(name, request_class, raw)
+                return None if raw is grpc.aio.EOF else self.parse(name, request_class, raw)
             try:
                 await implementation(read, context)
             except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):

@@ -4,7 +4,8 @@
  * Attaches, warms up, then times N uncontended AcquireToken+ReleaseToken
  * pairs and N ReserveMemory+ReleaseMemory pairs, each call on its own too.
  * RPC_ROUNDTRIP_UNARY=1 in the environment: unary calls, not the Calls
- * stream (as against a daemon older than it).
+ * stream (as against a daemon older than it); RPC_ROUNDTRIP_NO_CALLS_SOCKET=1:
+ * the Calls stream, not client.calls (as against a daemon without it).
  * Prints one JSON object: per series n, p50_us, p99_us, mean_us, max_us. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,6 +74,8 @@ int main(int argc, char **argv)
                          .gpu_uuid = "", .process_name = "rpc_roundtrip"};
     const char *unary = getenv("RPC_ROUNDTRIP_UNARY");
     cfg.unary_calls_only = unary && strcmp(unary, "1") == 0;
+    const char *no_socket = getenv("RPC_ROUNDTRIP_NO_CALLS_SOCKET");
+    cfg.no_calls_socket = no_socket && strcmp(no_socket, "1") == 0;
     gs_rpc *rpc = gs_rpc_start(&cfg);
     if (!rpc || !gs_rpc_wait_attached(rpc, 20000, NULL)) {
         fprintf(stderr, "rpc_roundtrip: not attached to %s: %s\n", argv[1], gs_rpc_last_error());

@@ -11,6 +11,8 @@ DEFAULT_STATE_DIR = Path("/var/lib/gslice")
 CLIENT_SOCKET_NAME = "client.sock"
 # Beside client.sock: the preemption doorbell page (hook/preempt_doorbell.h).
 DOORBELL_FILE_NAME = "client.doorbell"
+# Beside client.sock: the token and memory calls without gRPC (tokend/calls_socket.py).
+CALLS_SOCKET_NAME = "client.calls"
 ADMIN_SOCKET_NAME = "admin.sock"
 PID_FILE_NAME = "tokend.pid"
 GROUPS_FILE_NAME = "groups.json"

@@ -1,10 +1,14 @@
 """ClientService.Calls: the token and memory calls as messages on one stream
 (what the shim uses; hook/rpc_client.c). Each call is served as its unary
 method would be, with the same replies and statuses; calls that may wait run
-beside the others."""
+beside the others. Every test runs on both transports: the gRPC stream, and
+client.calls beside client.sock (tokend/calls_socket.py), the same messages
+framed as on a gRPC stream over a plain unix socket."""
 from __future__ import annotations
 
 import queue
+import socket
+import struct
 import time
 
 import grpc
@@ -41,25 +45,75 @@ class CallsStream:
         self._answers.cancel()
 
 
+FRAME = struct.Struct(">BI")
+
+
+class CallsSocket(CallsStream):
+    """The same over client.calls: ClientCall / ClientAnswer framed as on a gRPC stream."""
+
+    def __init__(self, client):
+        self.client = client
+        self._call_id = 0
+        assert client.attach_reply.calls_socket, "the daemon did not offer its calls socket"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(str(client.socket_path.with_name("client.calls")))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, wait_ms: int = 0, **call) -> int:
+        self._call_id += 1
+        kind, request = next(iter(call.items()))
+        request.client_id = request.client_id or self.client.client_id
+        body = client_pb2.ClientCall(call_id=self._call_id, wait_ms=wait_ms, **{kind: request}).SerializeToString()
+        self.send_raw(FRAME.pack(0, len(body)) + body)
+        return self._call_id
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError(f"the daemon closed the calls socket ({len(data)} of {n} bytes read)")
+            data += chunk
+        return data
+
+    def answer(self) -> client_pb2.ClientAnswer:
+        compressed, length = FRAME.unpack(self._read(FRAME.size))
+        assert compressed == 0
+        return client_pb2.ClientAnswer.FromString(self._read(length))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    cancel = close
+
+
+@pytest.fixture(params=["stream", "socket"])
+def transport(request):
+    return {"stream": CallsStream, "socket": CallsSocket}[request.param]
+
+
 @pytest.fixture
 def group(tokend):
     return tokend.admin().create_group("g", request="50%", limit="100%", memory="64MiB")
 
 
 @pytest.fixture
-def holder_and_waiter(tokend, group):
-    """Two clients of the group; the waiter's calls go on its Calls stream.
-    (The clients are closed with the daemon.)"""
+def holder_and_waiter(tokend, group, transport):
+    """Two clients of the group; the waiter's calls go on its Calls stream
+    (or socket). (The clients are closed with the daemon.)"""
     holder = tokend.shim_client("g", group.secret)
     waiter = tokend.shim_client("g", group.secret)
-    stream = CallsStream(waiter)
+    stream = transport(waiter)
     yield holder, waiter, stream
     stream.close()
 
 
-def test_every_call_answers_as_its_unary_method(tokend, group):
+def test_every_call_answers_as_its_unary_method(tokend, group, transport):
     client = tokend.shim_client("g", group.secret)
-    stream = CallsStream(client)
+    stream = transport(client)
     try:
         call = stream.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=5000))
         acquired = stream.answer()
@@ -157,4 +211,43 @@ def test_a_malformed_call_ends_the_stream_with_invalid_argument(tokend, group):
         assert client.acquire() > 0, "the client itself is unharmed"
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("bad, why", [
+    (FRAME.pack(0, 3) + b"\xff\xff\xff", "not a valid gslice.v1.ClientCall"),
+    (FRAME.pack(1, 0), "flagged compressed (1)"),
+    (FRAME.pack(0, 1 << 20), "the limit is 65536 bytes"),
+    (FRAME.pack(0, 2) + client_pb2.ClientCall(call_id=7).SerializeToString(), "ClientCall 7 names no call"),
+])
+def test_a_malformed_message_closes_the_calls_socket_connection_alone(tokend, group, bad, why):
+    """The connection is closed, counted and logged with what was wrong; the
+    daemon, the client and a second connection go on."""
+    client = tokend.shim_client("g", group.secret)
+    try:
+        good, broken = CallsSocket(client), CallsSocket(client)
+        broken.send_raw(bad)
+        with pytest.raises(EOFError):
+            broken.answer()
+        assert why in tokend.log_path.read_text(), tokend.log_tail()
+        assert tokend.metric_value("gslice_bad_requests_total", method="Calls") == 1
+        good.send(acquire=client_pb2.AcquireTokenRequest(timeout_ms=5000))
+        assert good.answer().acquire.token_id > 0
+        good.close()
+    finally:
+        client.close()
+
+
+def test_the_calls_socket_is_offered_only_when_served(tmp_path):
+    """--calls-socket off: no file, and AttachReply says so (the shim then
+    sends its calls on the Calls stream)."""
+    from gslice.testing import TokendProcess
+
+    with TokendProcess(tmp_path, gpu="fake", extra_args=["--calls-socket", "off"]) as off:
+        created = off.admin().create_group("g", request="50%", memory="64MiB")
+        client = off.shim_client("g", created.secret)
+        try:
+            assert not client.attach_reply.calls_socket
+            assert not off.client_socket.with_name("client.calls").exists()
+        finally:
+            client.close()
 

@@ -40,7 +40,8 @@ def test_client_socket_in_its_own_directory(tmp_path):
         status = tokend.admin().status()
         assert status.client_socket == str(tokend.client_socket_dir / "client.sock")
         assert status.gpu_index == 0
-        assert sorted(p.name for p in tokend.client_socket_dir.iterdir()) == ["client.doorbell", "client.sock"]
+        assert sorted(p.name for p in tokend.client_socket_dir.iterdir()) == ["client.calls", "client.doorbell",
+                                                                             "client.sock"]
         assert (tokend.socket_dir / "admin.sock").is_socket()
         created = tokend.admin().create_group("g", request="50%", memory="1GiB")
         with tokend.shim_client("g", created.secret) as client:

@@ -72,7 +72,8 @@ static void on_quota_changed(void *ctx, uint64_t quota)
 static void on_attached(void *ctx, const gs_attach_info *info, bool reconnect)
 {
     (void)ctx;
-    say("event attached %s reconnect=%d pid=%d", info->client_id, reconnect ? 1 : 0, (int)getpid());
+    say("event attached %s reconnect=%d pid=%d calls=%s", info->client_id, reconnect ? 1 : 0, (int)getpid(),
+        info->calls_transport[0] == 'c' ? "socket" : info->calls_transport[4] == 'C' ? "stream" : "unary");
 }
 
 static void on_disconnected(void *ctx)
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
         .on_attached = on_attached,
         .on_disconnected = on_disconnected,
         .reserved_bytes = reserved_bytes,
+        .no_calls_socket = getenv("RPC_DRIVER_NO_CALLS_SOCKET") != NULL,
     };
     rpc = gs_rpc_start(&cfg);
     if (!rpc) {

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "hook"
 NANOPB_OUT = ROOT / "build" / "native" / "nanopb"
 NANOPB_RUNTIME = Path("/usr/lib/x86_64-linux-gnu/libprotobuf-nanopb.a")
-CLIENT_SOURCES = [HOOK / "rpc_client.c", HOOK / "h2_connection.c", HOOK / "rpc_codec.c"]
+CLIENT_SOURCES = [HOOK / "rpc_client.c", HOOK / "h2_connection.c", HOOK / "rpc_codec.c", HOOK / "calls_socket.c"]
 PB_SOURCES = [NANOPB_OUT / "gslice/v1/client.pb.c", NANOPB_OUT / "gslice/v1/common.pb.c"]
 
 
@@ -62,12 +62,17 @@ def socket_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-# Every test against a daemon that serves the Calls stream (the token and
-# memory calls go on it) and one that does not (an older tokend: they go unary).
-@pytest.fixture(params=["calls-stream", "unary-only"])
+# Every test against a daemon that serves client.calls and the Calls stream
+# (the token and memory calls go on the socket), one that serves the stream
+# alone (they go on it) and one that serves neither (an older tokend: they go
+# unary). Each in a folder of its own: client.calls sits beside the socket.
+@pytest.fixture(params=["calls-socket", "calls-stream", "unary-only"])
 def tokend(socket_dir, request):
-    server = ScriptedTokend(os.path.join(socket_dir, f"client-{uuid.uuid4().hex[:8]}.sock"),
-                            serve_calls_stream=request.param == "calls-stream")
+    folder = os.path.join(socket_dir, uuid.uuid4().hex[:8])
+    os.mkdir(folder)
+    server = ScriptedTokend(os.path.join(folder, "client.sock"),
+                            serve_calls_stream=request.param != "unary-only",
+                            serve_calls_socket=request.param == "calls-socket")
     server.start()
     yield server
     server.close()

@@ -8,7 +8,10 @@ misbehave on purpose, which is what the failure-path tests need.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
+import struct
 import threading
 from dataclasses import dataclass, field
 
@@ -38,6 +41,40 @@ class StreamCallContext:
         raise CallAborted(code, message)
 
 
+FRAME = struct.Struct(">BI")   # client.calls frames its messages as a gRPC stream does
+
+
+class SocketCallContext:
+    """client.calls (tokend/calls_socket.py) as the Calls handler's context:
+    read() the next framed ClientCall (EOF when the client closed it),
+    write() an answer framed, abort() closes the connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, behaviour, record):
+        self.reader, self.writer = reader, writer
+        self.behaviour, self.record = behaviour, record
+
+    async def read(self):
+        try:
+            _compressed, length = FRAME.unpack(await self.reader.readexactly(FRAME.size))
+            call = client_pb2.ClientCall.FromString(await self.reader.readexactly(length))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return grpc.aio.EOF
+        name = STREAM_CALLS[call.WhichOneof("call")]
+        self.record.socket_calls.append(name)
+        if self.behaviour.drop_calls_socket_at == name:
+            await self.abort(grpc.StatusCode.UNAVAILABLE, f"scripted drop of client.calls at {name}")
+        return call
+
+    async def write(self, answer) -> None:
+        body = answer if isinstance(answer, bytes) else answer.SerializeToString()
+        self.writer.write(FRAME.pack(0, len(body)) + body)
+        await self.writer.drain()
+
+    async def abort(self, code, message):
+        self.writer.close()
+        raise ConnectionResetError(message)
+
+
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:
@@ -61,12 +98,20 @@ class Behaviour:
     acquire_refusal: tuple[grpc.StatusCode, str] = (grpc.StatusCode.DEADLINE_EXCEEDED, "timed out")
     reserve: str = "echo"                       # echo (used=bytes, quota=2*bytes) | garbage | huge | slow
     slow_reply_s: float = 0.0
+    # Answer calls that may wait even past their wait_ms (the client's own
+    # deadline then ends them first, whatever the transport's speed).
+    answer_past_wait_ms: bool = False
     send_ready: bool = True
     # Serve the Calls stream (False: a daemon older than it, unary calls only).
     # Read when the server starts.
     serve_calls_stream: bool = True
     # (method name, status): the Calls stream ends with that status when such a call comes on it.
     end_calls_stream_at: tuple[str, grpc.StatusCode] | None = None
+    # Also serve client.calls beside the socket and offer it in AttachReply.
+    # Read when the server starts.
+    serve_calls_socket: bool = False
+    # method name: client.calls is closed, the call unanswered, when such a call comes on it.
+    drop_calls_socket_at: str | None = None
     # call -> raw ClientAnswer bytes sent instead of the proper answer (a confused daemon)
     raw_stream_answer: object = None
     # method name -> raw reply bytes sent instead of the proper reply (fuzzing the decoder)
@@ -85,7 +130,8 @@ class Record:
     reserves: list = field(default_factory=list)      # (client_id, bytes)
     memory_releases: list = field(default_factory=list)
     controls_opened: list = field(default_factory=list)
-    stream_calls: list = field(default_factory=list)  # method names of calls that came on Calls
+    stream_calls: list = field(default_factory=list)  # method names of calls answered as stream messages
+    socket_calls: list = field(default_factory=list)  # ... of those that came on client.calls
 
 
 class ScriptedClientService:
@@ -115,7 +161,7 @@ class ScriptedClientService:
             client_id=client_id, group=request.group, gpu_uuid="GPU-scripted",
             memory_quota=self.behaviour.quota, memory_used=request.reserved_bytes,
             physical_memory=self.behaviour.physical, quantum_min_us=1000, quantum_max_us=50000,
-            grace_us=2000, priority=3)
+            grace_us=2000, priority=3, calls_socket=self.behaviour.serve_calls_socket)
 
     async def Detach(self, request, context):
         await self._known(request.client_id, context)
@@ -211,10 +257,10 @@ class ScriptedClientService:
 
         async def answer(call, kind: str) -> None:
             name = STREAM_CALLS[kind]
-            self.record.stream_calls.append(name)
+            self.record.stream_calls.append(name)  # on the stream or client.calls (record.socket_calls)
             try:
                 serve = getattr(self, name)(getattr(call, kind), StreamCallContext())
-                if kind in ("acquire", "reserve") and call.wait_ms:
+                if kind in ("acquire", "reserve") and call.wait_ms and not self.behaviour.answer_past_wait_ms:
                     reply = await asyncio.wait_for(serve, call.wait_ms / 1000)
                 else:
                     reply = await serve
@@ -280,9 +326,12 @@ class ScriptedClientService:
 class ScriptedTokend:
     """The server plus its loop thread. Use as a context manager."""
 
-    def __init__(self, socket_path: str, serve_calls_stream: bool = True):
+    def __init__(self, socket_path: str, serve_calls_stream: bool = True, serve_calls_socket: bool = False):
         self.socket_path = socket_path
-        self.behaviour = Behaviour(serve_calls_stream=serve_calls_stream)
+        self.calls_socket_path = os.path.join(os.path.dirname(socket_path), "client.calls")
+        self.behaviour = Behaviour(serve_calls_stream=serve_calls_stream, serve_calls_socket=serve_calls_socket)
+        self.calls_server = None
+        self._calls_connections: set[asyncio.Task] = set()
         self.record = Record()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="scripted-tokend", daemon=True)
@@ -306,8 +355,31 @@ class ScriptedTokend:
         if self.server.add_insecure_port(f"unix:{self.socket_path}") == 0:
             raise RuntimeError(f"cannot listen on unix:{self.socket_path}")
         await self.server.start()
+        if self.behaviour.serve_calls_socket:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.calls_socket_path)
+            self.calls_server = await asyncio.start_unix_server(self._serve_calls_socket, self.calls_socket_path)
+
+    async def _serve_calls_socket(self, reader, writer):
+        task = asyncio.current_task()
+        self._calls_connections.add(task)
+        try:
+            await self.service.Calls(None, SocketCallContext(reader, writer, self.behaviour, self.record))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._calls_connections.discard(task)
+            writer.close()
 
     async def _stop(self):
+        if self.calls_server is not None:
+            self.calls_server.close()
+            for task in list(self._calls_connections):
+                task.cancel()
+            await asyncio.gather(*self._calls_connections, return_exceptions=True)
+            self.calls_server = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.calls_socket_path)
         if self.server is not None:
             await self.server.stop(grace=None)
             self.server = None

@@ -23,8 +23,8 @@ def real_tokend(tmp_path):
 def start_real_driver(driver_binary, real_tokend):
     drivers: list[Driver] = []
 
-    def start(group: str, secret: str) -> Driver:
-        driver = Driver(driver_binary, str(real_tokend.client_socket), group=group, secret=secret)
+    def start(group: str, secret: str, env: dict | None = None) -> Driver:
+        driver = Driver(driver_binary, str(real_tokend.client_socket), group=group, secret=secret, env=env)
         drivers.append(driver)
         return driver
 
@@ -33,12 +33,20 @@ def start_real_driver(driver_binary, real_tokend):
         driver.close()
 
 
-def test_attach_and_every_call_against_tokend(real_tokend, start_real_driver):
+@pytest.mark.parametrize("transport", ["socket", "stream", "socket gone"])
+def test_attach_and_every_call_against_tokend(real_tokend, start_real_driver, transport):
+    """Every call, on the transport the client picks: client.calls where
+    tokend offers it, the Calls stream when the client is told not to use
+    it or it cannot be reached (offered, but its file gone)."""
     created = real_tokend.admin().create_group("rpc-a", request=0.5, memory="1GiB")
-    driver = start_real_driver("rpc-a", created.secret)
+    if transport == "socket gone":
+        real_tokend.client_socket.with_name("client.calls").unlink()
+    driver = start_real_driver("rpc-a", created.secret,
+                               env={"RPC_DRIVER_NO_CALLS_SOCKET": "1"} if transport == "stream" else None)
     fields, err = driver.run("wait-attached 20000")
     assert fields[1] == "1", err
     assert fields[3] == "rpc-a" and fields[4] == str(GIB)
+    assert driver.expect("event attached")[0][5] == ("calls=socket" if transport == "socket" else "calls=stream")
 
     fields, err = driver.run("acquire 5000 10000")
     assert fields[1] == "0", err

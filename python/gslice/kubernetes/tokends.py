@@ -54,7 +54,8 @@ def read_tokend(admin_socket: Path) -> GpuTokend:
     # CDI mounts the whole folder: anything else in it (an admin socket in a
     # subfolder, another GPU's sockets) would enter the pods too.
     try:
-        others = sorted(set(os.listdir(client_socket.parent)) - {paths.CLIENT_SOCKET_NAME, paths.DOORBELL_FILE_NAME})
+        others = sorted(set(os.listdir(client_socket.parent)) - {paths.CLIENT_SOCKET_NAME, paths.DOORBELL_FILE_NAME,
+                                                                  paths.CALLS_SOCKET_NAME})
     except OSError as exc:
         raise ValueError(f"tokend of GPU {status.gpu_uuid} reports its client socket at {client_socket}, which "
                          f"the plugin cannot see ({exc.strerror}): mount that folder into the plugin's container "
@@ -64,7 +65,7 @@ def read_tokend(admin_socket: Path) -> GpuTokend:
             f"tokend of GPU {status.gpu_uuid} has its client socket in {client_socket.parent}, which also holds "
             f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''}; mounting it would give containers those "
             f"too (its admin socket is {admin_socket}). Start tokend with --client-socket-dir DIR, a directory "
-            f"that holds client.sock (and tokend's {paths.DOORBELL_FILE_NAME}) only")
+            f"that holds client.sock (and tokend's {paths.DOORBELL_FILE_NAME} and {paths.CALLS_SOCKET_NAME}) only")
     return GpuTokend(index=status.gpu_index, uuid=status.gpu_uuid, product_name=status.gpu_name,
                      memory_total=status.physical_memory, admin_socket=Path(admin_socket),
                      client_socket=client_socket)
