@@ -177,10 +177,14 @@ struct gs_rpc {
     char client_id[64];
     gs_attach_info pending_info;
     int32_t call_stream_id;    /* the open Calls stream; 0: calls go unary */
-    uint32_t last_stream_call_id;
+    uint32_t last_stream_call_id; /* under lock (callers number their calls on client.calls) */
     /* client.calls, when the daemon offers it: those calls go there, not on
-     * the Calls stream. Installed and closed under conn_lock (fork). */
+     * the Calls stream, sent by the calling thread itself (one thread hop
+     * less; the answers come through the I/O thread). calls_lock guards its
+     * writes and, with conn_lock (fork), its install and close by the I/O
+     * thread. Lock order: calls_lock, conn_lock, lock. */
     bool calls_offered;
+    pthread_mutex_t calls_lock;
     calls_socket *calls;
 };
 
@@ -232,6 +236,7 @@ static void init_sync(gs_rpc *rpc)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&rpc->lock, NULL);
     pthread_mutex_init(&rpc->conn_lock, NULL);
+    pthread_mutex_init(&rpc->calls_lock, NULL);
     pthread_cond_init(&rpc->attached_cond, &attr);
     pthread_condattr_destroy(&attr);
 }
@@ -351,36 +356,75 @@ static size_t encode_stream_call(rpc_call *call, uint32_t call_id, uint8_t *fram
     return rpc_codec_encode(gslice_v1_ClientCall_fields, &message, framed, cap);
 }
 
-/* Encodes and starts call on the connection, on the Calls stream when
- * it is one of those and the stream is open; false with call->message set. */
-static bool start_stream(gs_rpc *rpc, rpc_call *call)
+/* Under lock: the next call_id of the Calls stream or client.calls (0
+ * means "not on the stream"). */
+static uint32_t next_call_id_locked(gs_rpc *rpc)
 {
-    char *client_id = request_client_id(call);
-    if (client_id)
-        memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
+    uint32_t id = ++rpc->last_stream_call_id;
+    return id ? id : ++rpc->last_stream_call_id;
+}
+
+/* Sends a token or memory call on client.calls, from whichever thread
+ * calls (a caller: no hop through the I/O thread; its answer comes back
+ * through it). false, nothing sent: no socket, or not attached (a caller's
+ * call is then queued for the I/O thread as usual). */
+static bool send_on_calls_socket(gs_rpc *rpc, rpc_call *call, bool io_thread)
+{
     uint8_t framed[REQUEST_MAX_BYTES];
-    bool on_socket = is_stream_call(call->method) && rpc->calls;
-    /* A stream we reset (a malformed answer) takes no more calls, though
-     * its close is still to come: those go unary meanwhile. */
-    bool on_call_stream = !on_socket && is_stream_call(call->method) && rpc->call_stream_id > 0 &&
-                          h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
-    uint32_t call_id = 0;
-    if ((on_socket || on_call_stream) && (call_id = ++rpc->last_stream_call_id) == 0)
-        call_id = ++rpc->last_stream_call_id; /* 0 means "not on the stream" */
-    if (on_socket) {
-        size_t len = encode_stream_call(call, call_id, framed, sizeof framed);
+    bool sent = false, wake = false;
+    pthread_mutex_lock(&rpc->calls_lock);
+    if (rpc->calls) {
+        /* rpc->client_id is the socket's connection's own: it changes only
+         * after the socket is closed (calls_lock). */
+        char *client_id = request_client_id(call);
+        if (client_id)
+            memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
+        pthread_mutex_lock(&rpc->lock);
+        bool usable = io_thread || (!rpc->stop && rpc->attached);
+        uint32_t call_id = usable ? next_call_id_locked(rpc) : 0;
+        pthread_mutex_unlock(&rpc->lock);
+        size_t len = usable ? encode_stream_call(call, call_id, framed, sizeof framed) : 0;
         if (len > 0 && calls_socket_send(rpc->calls, framed, len)) {
-            pthread_mutex_lock(&rpc->lock);
+            pthread_mutex_lock(&rpc->lock);   /* in flight before its bytes go: its answer may come at once */
             call->stream_id = -1;   /* no HTTP/2 stream */
             call->stream_call_id = call_id;
             call->on_socket = true;
             call->next = rpc->in_flight;
             rpc->in_flight = call;
             pthread_mutex_unlock(&rpc->lock);
-            return true;
+            char err[160];
+            /* A failed write is the I/O thread's to find (its next flush or
+             * read): woken, it closes the socket and ends this call. */
+            wake = !io_thread && (!calls_socket_flush(rpc->calls, err, sizeof err) ||
+                                  calls_socket_wants_write(rpc->calls));
+            sent = true;
         }
-        on_call_stream = rpc->call_stream_id > 0 &&   /* out of memory for its buffer: the stream's way */
-                         h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
+    }
+    pthread_mutex_unlock(&rpc->calls_lock);
+    if (wake)
+        wake_io_thread(rpc);
+    return sent;
+}
+
+/* Encodes and starts call on the connection, on client.calls or the Calls
+ * stream when it is one of those and one is open; false with call->message set. */
+static bool start_stream(gs_rpc *rpc, rpc_call *call)
+{
+    char *client_id = request_client_id(call);
+    if (client_id)
+        memcpy(client_id, rpc->client_id, sizeof rpc->client_id);
+    uint8_t framed[REQUEST_MAX_BYTES];
+    if (is_stream_call(call->method) && rpc->calls && send_on_calls_socket(rpc, call, true))
+        return true;
+    /* A stream we reset (a malformed answer) takes no more calls, though
+     * its close is still to come: those go unary meanwhile. */
+    bool on_call_stream = is_stream_call(call->method) && rpc->call_stream_id > 0 &&
+                          h2_connection_stream_open_for_messages(rpc->conn, rpc->call_stream_id);
+    uint32_t call_id = 0;
+    if (on_call_stream) {
+        pthread_mutex_lock(&rpc->lock);
+        call_id = next_call_id_locked(rpc);
+        pthread_mutex_unlock(&rpc->lock);
     }
     size_t len = on_call_stream
                      ? encode_stream_call(call, call_id, framed, sizeof framed)
@@ -717,9 +761,11 @@ static void open_calls_socket(gs_rpc *rpc)
         !calls_socket_path_beside(rpc->cfg.socket_path, path, sizeof path))
         return;
     calls_socket *calls = calls_socket_open(path, err, sizeof err);
+    pthread_mutex_lock(&rpc->calls_lock);
     pthread_mutex_lock(&rpc->conn_lock);
     rpc->calls = calls;
     pthread_mutex_unlock(&rpc->conn_lock);
+    pthread_mutex_unlock(&rpc->calls_lock);
 }
 
 /* The calls socket failed (or the connection is going): its calls end
@@ -729,10 +775,12 @@ static void close_calls_socket(gs_rpc *rpc, int status, const char *reason)
 {
     if (!rpc->calls)
         return;
+    pthread_mutex_lock(&rpc->calls_lock);
     pthread_mutex_lock(&rpc->conn_lock);
     calls_socket_close(rpc->calls);
     rpc->calls = NULL;
     pthread_mutex_unlock(&rpc->conn_lock);
+    pthread_mutex_unlock(&rpc->calls_lock);
     rpc_call *taken = take_stream_calls(rpc, true);
     while (taken) {
         rpc_call *call = taken;
@@ -894,14 +942,21 @@ static bool serve_connection(gs_rpc *rpc)
         }
         if (rpc->broken)
             break; /* a stream closed while flushing (e.g. a rejected Control event): don't sleep in poll */
-        if (rpc->calls && !calls_socket_flush(rpc->calls, err, sizeof err))
+        bool calls_failed = false, calls_pending = false;
+        if (rpc->calls) {
+            pthread_mutex_lock(&rpc->calls_lock);
+            calls_failed = !calls_socket_flush(rpc->calls, err, sizeof err);
+            calls_pending = calls_socket_wants_write(rpc->calls);
+            pthread_mutex_unlock(&rpc->calls_lock);
+        }
+        if (calls_failed)
             close_calls_socket(rpc, GS_RPC_UNAVAILABLE, err);
         struct pollfd fds[3] = {
             {h2_connection_fd(rpc->conn),
              (short)(POLLIN | (h2_connection_wants_write(rpc->conn) ? POLLOUT : 0)), 0},
             {rpc->wake_fd, POLLIN, 0},
             {rpc->calls ? calls_socket_fd(rpc->calls) : -1,   /* poll skips -1 */
-             (short)(POLLIN | (rpc->calls && calls_socket_wants_write(rpc->calls) ? POLLOUT : 0)), 0},
+             (short)(POLLIN | (calls_pending ? POLLOUT : 0)), 0},
         };
         int timeout = rpc->phase == PHASE_ATTACHED ? -1 : ms_until(&rpc->phase_deadline);
         int n = poll(fds, 3, timeout);
@@ -1100,13 +1155,23 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
         set_last_error(reason);
         return GS_RPC_UNAVAILABLE;
     }
-    if (rpc->queue_tail)
-        rpc->queue_tail->next = call;
-    else
-        rpc->queue_head = call;
-    rpc->queue_tail = call;
     pthread_mutex_unlock(&rpc->lock);
-    wake_io_thread(rpc);
+    if (!is_stream_call(method) || !send_on_calls_socket(rpc, call, false)) {
+        pthread_mutex_lock(&rpc->lock);
+        if (rpc->stop) {   /* stopped meanwhile: its last start_queued may have run */
+            call->refs = 1;
+            pthread_mutex_unlock(&rpc->lock);
+            set_last_error("the shim's RPC client stopped (process exiting)");
+            return GS_RPC_UNAVAILABLE;
+        }
+        if (rpc->queue_tail)
+            rpc->queue_tail->next = call;
+        else
+            rpc->queue_head = call;
+        rpc->queue_tail = call;
+        pthread_mutex_unlock(&rpc->lock);
+        wake_io_thread(rpc);
+    }
 
     struct timespec deadline = deadline_after(wait_ms > 0 ? wait_ms : 0);
     pthread_mutex_lock(&rpc->lock);

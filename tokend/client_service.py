@@ -33,9 +33,14 @@ class ClientService:
         return client_pb2.DetachReply()
 
     async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
+        started = self._acquire_start(request)
+        return started if isinstance(started, client_pb2.AcquireTokenReply) else await started
+
+    def _acquire_start(self, request: client_pb2.AcquireTokenRequest):
+        """The reply if decided at once, else a coroutine to await."""
         if request.lease_if_free:
             return self._coordinator.lease_if_free(request.client_id)
-        return await self._coordinator.acquire(request.client_id, request.timeout_ms, request.work_item_us,
+        return self._coordinator.acquire_start(request.client_id, request.timeout_ms, request.work_item_us,
                                                doorbell_rang=request.doorbell_rang)
 
     async def ReleaseToken(self, request: client_pb2.ReleaseTokenRequest, context) -> client_pb2.ReleaseTokenReply:
@@ -46,6 +51,13 @@ class ClientService:
 
     async def ReserveMemory(self, request: client_pb2.ReserveMemoryRequest, context) -> client_pb2.ReserveMemoryReply:
         return await self._coordinator.reserve_memory(request.client_id, request.bytes)
+
+    def _start_at_once(self, kind: str, request):
+        """A call that may wait (CALLS_THAT_WAIT) up to its first wait: its
+        reply if decided at once, else a coroutine that waits for it."""
+        if kind == "acquire":
+            return self._acquire_start(request)
+        return self._coordinator.reserve_memory_start(request.client_id, request.bytes)
 
     async def ReleaseMemory(self, request: client_pb2.ReleaseMemoryRequest, context) -> client_pb2.ReleaseMemoryReply:
         return self._coordinator.release_memory(request.client_id, request.bytes)
@@ -61,11 +73,18 @@ class ClientService:
         writing = asyncio.Lock()
         waiting: set[asyncio.Task] = set()
 
-        async def answer(call: client_pb2.ClientCall, kind: str) -> None:
+        async def answer(call: client_pb2.ClientCall, kind: str, started=None) -> None:
+            """`started`: what the call's start returned (a reply, a
+            coroutine that waits for one, or what it raised); None: the
+            unary handler serves it."""
             name = STREAM_CALLS[kind]
             try:
-                serve = getattr(self, name)(getattr(call, kind), context)
-                if kind in CALLS_THAT_WAIT and call.wait_ms:
+                if isinstance(started, Exception):
+                    raise started
+                serve = getattr(self, name)(getattr(call, kind), context) if started is None else started
+                if not asyncio.iscoroutine(serve):
+                    reply = serve   # decided at once
+                elif kind in CALLS_THAT_WAIT and call.wait_ms:
                     try:
                         reply = await asyncio.wait_for(serve, call.wait_ms / 1000)
                     except asyncio.TimeoutError:
@@ -95,7 +114,18 @@ class ClientService:
                         raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                          f"ClientCall {call.call_id}: {len(waiting)} calls already wait on this "
                                          f"stream; at most {limit} (max-streams-per-connection)")
-                    task = asyncio.create_task(answer(call, kind))
+                    # Up to its first wait at once: decided then (an
+                    # uncontended grant, a reservation that fits), it is
+                    # answered in order with no task; else it waits beside
+                    # the later calls.
+                    try:
+                        started = self._start_at_once(kind, getattr(call, kind))
+                    except Exception as exc:   # answered with its status, as from the handler
+                        started = exc
+                    if not asyncio.iscoroutine(started):
+                        await answer(call, kind, started)
+                        continue
+                    task = asyncio.create_task(answer(call, kind, started))
                     waiting.add(task)
                     task.add_done_callback(waiting.discard)
                 else:

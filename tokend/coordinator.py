@@ -434,25 +434,47 @@ class Coordinator:
 
     async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0,
                       doorbell_rang: bool = False) -> client_pb2.AcquireTokenReply:
+        started = self.acquire_start(client_id, timeout_ms, work_item_us, doorbell_rang)
+        return started if isinstance(started, client_pb2.AcquireTokenReply) else await started
+
+    def acquire_start(self, client_id: str, timeout_ms: int, work_item_us: int = 0, doorbell_rang: bool = False):
+        """An AcquireToken up to its first wait, synchronously: the reply
+        when the scheduler grants it inside the request (uncontended, the
+        common case: answered with no task or timer), else a coroutine that
+        waits for the grant, to be awaited (or wrapped in a task) at once:
+        it alone withdraws the request if the wait ends without a grant."""
         session = self.session(client_id)
-        timeout = timeout_ms / 1000.0 if timeout_ms else DEFAULT_ACQUIRE_TIMEOUT
         waiter = self._begin_wait(session, doorbell_rang)
-        granted = False
         try:
             self._core(self.scheduler.request, client_id, work_item=work_item_us / 1e6 if work_item_us else None)
+        except BaseException:
+            self._end_acquire(client_id, session, waiter, granted=False)
+            raise
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            self._end_acquire(client_id, session, waiter, granted=True)
+            return _grant_reply(waiter.result())
+        return self._acquire_wait(client_id, session, waiter, timeout_ms)
+
+    async def _acquire_wait(self, client_id: str, session: ClientSession, waiter: asyncio.Future,
+                            timeout_ms: int) -> client_pb2.AcquireTokenReply:
+        timeout = timeout_ms / 1000.0 if timeout_ms else DEFAULT_ACQUIRE_TIMEOUT
+        granted = False
+        try:
             try:
-                # Uncontended: granted inside request(); skip the timer machinery.
-                grant = waiter.result() if waiter.done() else await asyncio.wait_for(asyncio.shield(waiter), timeout)
+                grant = await asyncio.wait_for(asyncio.shield(waiter), timeout)
             except asyncio.TimeoutError:
                 raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
                                  f"no token for client {session.public_id} within {timeout_ms or timeout * 1000:.0f} ms") from None
             granted = True
             return _grant_reply(grant)
         finally:
-            if session.pending_grant is waiter:
-                session.pending_grant = None
-            if not granted and self.sessions.get(client_id) is session:
-                self._abandon_wait(client_id, waiter)
+            self._end_acquire(client_id, session, waiter, granted)
+
+    def _end_acquire(self, client_id: str, session: ClientSession, waiter: asyncio.Future, granted: bool) -> None:
+        if session.pending_grant is waiter:
+            session.pending_grant = None
+        if not granted and self.sessions.get(client_id) is session:
+            self._abandon_wait(client_id, waiter)
 
     def lease_if_free(self, client_id: str) -> client_pb2.AcquireTokenReply:
         """A starting client's AcquireToken(lease_if_free): the token as a
@@ -513,16 +535,28 @@ class Coordinator:
         return client_pb2.RenewTokenReply(renewed=False)
 
     async def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
-        """A reservation that fits once the group's pending reclaims are back
-        waits for them (RESERVE_WAIT_FOR_RECLAIM at most): right after a
-        process of the group was killed, its successor's allocations wait a
-        moment instead of failing."""
+        started = self.reserve_memory_start(client_id, size)
+        return started if isinstance(started, client_pb2.ReserveMemoryReply) else await started
+
+    def reserve_memory_start(self, client_id: str, size: int):
+        """A ReserveMemory, synchronously when it is decided at once (the
+        common case): its reply; else a coroutine to await. A reservation
+        that fits once the group's pending reclaims are back waits for them
+        (RESERVE_WAIT_FOR_RECLAIM at most): right after a process of the
+        group was killed, its successor's allocations wait a moment instead
+        of failing."""
         session = self.session(client_id)
         if size == 0:
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "ReserveMemory of 0 bytes; ask for at least 1 byte")
         reservation = self.ledger.reserve(client_id, size, can_wait=True)
         if reservation.wait:
-            reservation = await self._reserve_after_reclaims(session, size)
+            return self._reserve_wait(session, size)
+        return self._reserve_reply(session, size, reservation)
+
+    async def _reserve_wait(self, session: ClientSession, size: int) -> client_pb2.ReserveMemoryReply:
+        return self._reserve_reply(session, size, await self._reserve_after_reclaims(session, size))
+
+    def _reserve_reply(self, session: ClientSession, size: int, reservation) -> client_pb2.ReserveMemoryReply:
         if not reservation.granted:
             pending = self.ledger.group_pending(session.group)
             self.metrics.memory_refused.labels(session.group).inc()

@@ -21,6 +21,9 @@ class AcquiresNeverGranted:
         self.waiting = 0
         self.cancelled = 0
 
+    def acquire_start(self, client_id, timeout_ms, work_item_us, doorbell_rang=False):
+        return self.acquire(client_id, timeout_ms, work_item_us, doorbell_rang)   # never granted at once
+
     async def acquire(self, client_id, timeout_ms, work_item_us, doorbell_rang=False):
         self.waiting += 1
         try:
