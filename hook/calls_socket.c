@@ -69,19 +69,7 @@ int calls_socket_fd(const calls_socket *s) { return s->fd; }
 
 bool calls_socket_send(calls_socket *s, const uint8_t *framed, size_t len)
 {
-    if (s->out_len + len > s->out_cap) {
-        size_t cap = s->out_cap ? s->out_cap : 4096;
-        while (cap < s->out_len + len)
-            cap *= 2;
-        uint8_t *grown = realloc(s->out, cap);
-        if (!grown)
-            return false;
-        s->out = grown;
-        s->out_cap = cap;
-    }
-    memcpy(s->out + s->out_len, framed, len);
-    s->out_len += len;
-    return true;
+    return rpc_codec_append(&s->out, &s->out_len, &s->out_cap, 4096, framed, len);
 }
 
 bool calls_socket_wants_write(const calls_socket *s) { return s->out_len > 0; }

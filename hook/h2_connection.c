@@ -125,19 +125,7 @@ static ssize_t request_body_cb(nghttp2_session *session, int32_t stream_id, uint
 /* Appends to what the stream has to send; false when out of memory. */
 static bool append_tx(h2_stream *s, const uint8_t *framed, size_t len)
 {
-    if (s->tx_len + len > s->tx_cap) {
-        size_t cap = s->tx_cap ? s->tx_cap : 256;
-        while (cap < s->tx_len + len)
-            cap *= 2;
-        uint8_t *grown = realloc(s->tx, cap);
-        if (!grown)
-            return false;
-        s->tx = grown;
-        s->tx_cap = cap;
-    }
-    memcpy(s->tx + s->tx_len, framed, len);
-    s->tx_len += len;
-    return true;
+    return rpc_codec_append(&s->tx, &s->tx_len, &s->tx_cap, 256, framed, len);
 }
 
 static int header_cb(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,

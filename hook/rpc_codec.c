@@ -1,5 +1,6 @@
 /* rpc_codec: gRPC message framing, status and message trailers. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <pb.h>
@@ -182,3 +183,21 @@ size_t rpc_codec_timeout_header(int wait_ms, char out[12])
 }
 
 #pragma GCC visibility pop
+
+bool rpc_codec_append(uint8_t **buf, size_t *len, size_t *cap, size_t first_cap, const uint8_t *framed,
+                      size_t n)
+{
+    if (*len + n > *cap) {
+        size_t grown_cap = *cap ? *cap : first_cap;
+        while (grown_cap < *len + n)
+            grown_cap *= 2;
+        uint8_t *grown = realloc(*buf, grown_cap);
+        if (!grown)
+            return false;
+        *buf = grown;
+        *cap = grown_cap;
+    }
+    memcpy(*buf + *len, framed, n);
+    *len += n;
+    return true;
+}

@@ -34,6 +34,11 @@ enum {
     GRPC_STATUS_UNAUTHENTICATED = 16,
 };
 
+/* Appends framed messages to a send buffer (*buf, *len bytes used of *cap),
+ * grown as needed from first_cap; false when out of memory (unchanged). */
+bool rpc_codec_append(uint8_t **buf, size_t *len, size_t *cap, size_t first_cap, const uint8_t *framed,
+                      size_t n);
+
 /* Encodes msg as one length-prefixed gRPC message into out[0..cap).
  * Returns the total length, or 0 when it does not fit / cannot be encoded. */
 size_t rpc_codec_encode(const pb_msgdesc_t *fields, const void *msg, uint8_t *out, size_t cap);
