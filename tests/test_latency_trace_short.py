@@ -41,8 +41,10 @@ def test_latency_trace_records_every_series_with_the_gates_counters_and_the_gpu_
             assert worker["available"] and worker["metered"] == 1, worker
             assert worker["checkpoint_interval"] >= 1 and worker["checkpoints"] > 0, worker
             assert 100 <= worker["launch_gpu_us"] <= 1000, worker   # 220 us kernels, as measured
-        assert stats[burster]["doorbell_rings"] >= 1   # counted over the series, not since the start
-        assert stats[burster]["doorbell_rings"] <= 20
+        # A burst rings once, now and then twice (a ring whose pause ran
+        # out before its grant). That the counters are the series' own is
+        # test_counters_are_taken_over_the_series_and_levels_as_they_stand.
+        assert 1 <= stats[burster]["doorbell_rings"] <= 40, stats[burster]
     marks = series["gslice_traced"]["gpu_marks_ms"]
     assert len(marks) == 20 and all(len(burst) == 8 for burst in marks)
     assert all(b >= a for burst in marks for a, b in zip(burst, burst[1:]))
@@ -69,3 +71,24 @@ def test_latency_trace_records_every_series_with_the_gates_counters_and_the_gpu_
         traced = tar.extractfile("worker-neighbour-traced.log").read().decode()
     assert "gslice[" in traced and " debug " in traced
     assert set(Path(tempfile.gettempdir()).glob("latency-trace-*")) == before   # its work folder is gone
+
+
+def test_counters_are_taken_over_the_series_and_levels_as_they_stand():
+    """latency_trace.stats_over: a counter is its change over the series, a
+    level (checkpoint interval, GPU time per launch, ...) its value at the
+    end, and a shim that could not say is passed on as it said."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("latency_trace", TRACE)
+    trace = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(TRACE.parent))
+    try:
+        spec.loader.exec_module(trace)
+    finally:
+        sys.path.remove(str(TRACE.parent))
+    before = {"available": True, "doorbell_rings": 40, "checkpoint_interval": 4, "launch_gpu_us": 220}
+    after = {"available": True, "doorbell_rings": 61, "checkpoint_interval": 1, "launch_gpu_us": 1800}
+    assert trace.stats_over(before, after) == {"available": True, "doorbell_rings": 21, "checkpoint_interval": 1,
+                                               "launch_gpu_us": 1800}
+    unavailable = {"available": False, "why": "not attached yet"}
+    assert trace.stats_over(before, unavailable) == unavailable

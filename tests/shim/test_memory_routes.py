@@ -59,15 +59,27 @@ def test_quotas_summing_to_gpu_memory_never_cause_a_real_oom(runner, tokend, res
     over and some process got the driver's own out-of-memory error. With a
     per-context reserve at least that large (300 MiB), or with none (0) and
     only the reconciliation against NVML's per-process used memory, every
-    refusal is the shim's (the group's quota)."""
+    refusal is the shim's (the group's quota). With none, every context
+    exists before the first allocation: a context made after its group
+    filled its quota is on the GPU uncharged and pushes it over, which is
+    what the reserve is for (with 300 MiB such a context is refused). Once
+    allocations went faster (client.calls), the last processes to start
+    often came after their group was full: real OOMs in 3 runs of 6."""
     admin = tokend.admin()
     envs = []
     for name in "ab":
         created = admin.create_group(name, request=0.5, memory=str(4 << 30))
         envs.append(group_env(tokend, name, created.secret, GSLICE_CONTEXT_RESERVE_MIB=reserve_mib,
                               GSLICE_SIM_CONTEXT_MEMORY=str(256 * MiB), GSLICE_SIM_MEMORY="8GiB"))
-    procs = [runner.start("alloc", "driver", 128 * MiB, 100, "wait", stdin=True, **env) for env in envs
+    gated = ["gated"] if reserve_mib == 0 else []
+    procs = [runner.start("alloc", "driver", 128 * MiB, 100, "wait", *gated, stdin=True, **env) for env in envs
              for _ in range(4)]
+    if gated:
+        for p in procs:
+            wait_for_line(p, "context-ready=1", timeout=120)
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
     results = []
     for p in procs:
         first = wait_for_line(p, "", timeout=120)

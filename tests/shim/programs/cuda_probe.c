@@ -14,8 +14,9 @@
  *   cuda_probe synced ROUTE SECONDS KERNEL_NS PROBE_EVERY  each kernel synchronised; before every
  *                                              PROBE_EVERY-th, a 0 ns kernel of the same function
  *                                              (the real-GPU check's probe: scripts/gpu-check)
- *   cuda_probe alloc ROUTE CHUNK MAX [wait]    allocate CHUNK bytes until refused or MAX
- *                                              (wait: hold them until stdin closes)
+ *   cuda_probe alloc ROUTE CHUNK MAX [wait [gated]]  allocate CHUNK bytes until refused or MAX
+ *                                              (wait: hold them until stdin closes; gated: print
+ *                                              context-ready=1 and allocate after a line on stdin)
  *   cuda_probe hold ROUTE BYTES                allocate, launch, print ready, sleep forever
  *   cuda_probe fork N KERNEL_NS                child launches N kernels after fork
  *   cuda_probe routes                          which pointers the runtime route hands out
@@ -302,6 +303,16 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "alloc") && argc >= 5) {
         setup(argv[2], 0);
+        if (argc >= 7 && !strcmp(argv[6], "gated")) {
+            /* Context made: say so, and allocate only when the test says go
+             * (a line on stdin), so several processes' contexts all exist
+             * before the first allocation. */
+            printf("context-ready=1\n");
+            fflush(stdout);
+            char line[16];
+            if (!fgets(line, sizeof line, stdin))
+                return 3;
+        }
         int rc = run_alloc(strtoull(argv[3], NULL, 10), atoi(argv[4]));
         if (argc >= 6 && !strcmp(argv[5], "wait")) {
             /* Hold the memory until the test closes our stdin. */
