@@ -9,7 +9,7 @@ import grpc
 
 from gslice.v1 import client_pb2
 
-from .coordinator import Coordinator
+from .coordinator import Coordinator, settled
 from .rpc_guard import RpcFailure, RpcGuard
 
 # ClientCall's oneof -> the unary method it stands for. Those that may wait
@@ -33,8 +33,7 @@ class ClientService:
         return client_pb2.DetachReply()
 
     async def AcquireToken(self, request: client_pb2.AcquireTokenRequest, context) -> client_pb2.AcquireTokenReply:
-        started = self._acquire_start(request)
-        return started if isinstance(started, client_pb2.AcquireTokenReply) else await started
+        return await settled(self._acquire_start(request))
 
     def _acquire_start(self, request: client_pb2.AcquireTokenRequest):
         """The reply if decided at once, else a coroutine to await."""

@@ -98,6 +98,12 @@ class ClientSession:
 def _grant_reply(grant: Grant) -> client_pb2.AcquireTokenReply:
     return client_pb2.AcquireTokenReply(token_id=grant.token_id, quantum_us=max(1, round(grant.quantum * 1e6)))
 
+
+async def settled(started):
+    """What a *_start method returned (its reply, or a coroutine that waits
+    for one), as a reply."""
+    return await started if asyncio.iscoroutine(started) else started
+
 class Coordinator:
     def __init__(self, gpu: GpuInfo, config: SchedulerConfig, store: GroupStore, metrics: TokendMetrics,
                  control_open_timeout: float = DEFAULT_CONTROL_OPEN_TIMEOUT, limits: Limits | None = None,
@@ -434,8 +440,7 @@ class Coordinator:
 
     async def acquire(self, client_id: str, timeout_ms: int, work_item_us: int = 0,
                       doorbell_rang: bool = False) -> client_pb2.AcquireTokenReply:
-        started = self.acquire_start(client_id, timeout_ms, work_item_us, doorbell_rang)
-        return started if isinstance(started, client_pb2.AcquireTokenReply) else await started
+        return await settled(self.acquire_start(client_id, timeout_ms, work_item_us, doorbell_rang))
 
     def acquire_start(self, client_id: str, timeout_ms: int, work_item_us: int = 0, doorbell_rang: bool = False):
         """An AcquireToken up to its first wait, synchronously: the reply
@@ -535,8 +540,7 @@ class Coordinator:
         return client_pb2.RenewTokenReply(renewed=False)
 
     async def reserve_memory(self, client_id: str, size: int) -> client_pb2.ReserveMemoryReply:
-        started = self.reserve_memory_start(client_id, size)
-        return started if isinstance(started, client_pb2.ReserveMemoryReply) else await started
+        return await settled(self.reserve_memory_start(client_id, size))
 
     def reserve_memory_start(self, client_id: str, size: int):
         """A ReserveMemory, synchronously when it is decided at once (the
