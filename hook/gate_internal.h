@@ -107,6 +107,9 @@ void gs_gate_note_gap(void);
  * work still ran when the launch went out. */
 void gs_gate_note_fed(gs_gate *g);
 void gs_gate_kernel_lengths_fork_child(gs_gate *g);
+/* Pure: one more interval of interval_us GPU time over `launches` launches
+ * (the GPU busy throughout); returns the GPU time per launch now (us). */
+uint32_t gs_launch_gpu_time_add(gs_launch_gpu_time *t, double interval_us, uint32_t launches);
 
 /* queue_bound.c */
 /* Launches the slow path lets through before the next check (the

@@ -171,17 +171,53 @@ static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bo
     atomic_store_explicit(&g->longest_work_us, longest, memory_order_relaxed);
 }
 
+/* (1 - 1/WINDOW)^launches, by squaring (no libm in the shim). */
+static double launch_weight_kept(uint32_t launches)
+{
+    if (launches >= 64u * GS_GATE_LAUNCH_GPU_WINDOW)
+        return 0.0;
+    double kept = 1.0, base = 1.0 - 1.0 / GS_GATE_LAUNCH_GPU_WINDOW;
+    for (uint32_t n = launches; n; n >>= 1, base *= base)
+        if (n & 1)
+            kept *= base;
+    return kept;
+}
+
+uint32_t gs_launch_gpu_time_add(gs_launch_gpu_time *t, double interval_us, uint32_t launches)
+{
+    if (launches > 0 && interval_us >= 0) {
+        double kept = launch_weight_kept(launches);
+        t->gpu_us = t->gpu_us * kept + interval_us;
+        t->launches = t->launches * kept + launches;
+    }
+    return t->launches > 0 ? (uint32_t)(t->gpu_us / t->launches + 0.5) : 0;
+}
+
+/* Work keys for copies and fills: odd values, which no CUfunction or
+ * CUgraphExec (pointers) takes; one per kind and power of two of size. */
+const void *gs_copy_work_key(unsigned kind, size_t bytes)
+{
+    unsigned bucket = bytes ? 64u - (unsigned)__builtin_clzll((unsigned long long)bytes) : 0u;
+    return (const void *)(uintptr_t)((((uintptr_t)bucket << 4 | kind) << 1) | 1u);
+}
+
 static void adapt_interval(gs_gate *g, float ms, uint32_t launches, bool contiguous)
 {
-    /* Aim: one checkpoint interval ~ 1 ms of GPU timeline. */
-    double per_launch_ms = (double)ms / (double)launches;
-    /* GPU time per kernel only where the GPU was busy the whole interval:
+    /* GPU time per launch only where the GPU was busy the whole interval:
      * across an idle gap (think time) the events measure the gap too. */
     if (contiguous) {
-        atomic_store_explicit(&g->launch_gpu_us, (uint32_t)(per_launch_ms * 1000.0), memory_order_relaxed);
+        if (g->launch_gpu_from_timed)
+            g->launch_gpu_time = (gs_launch_gpu_time){0, 0};
+        atomic_store_explicit(&g->launch_gpu_us,
+                              gs_launch_gpu_time_add(&g->launch_gpu_time, (double)ms * 1000.0, launches),
+                              memory_order_relaxed);
         g->launch_gpu_from_timed = false;
     }
-    double target = per_launch_ms > 0 ? 1.0 / per_launch_ms : GS_GATE_MAX_INTERVAL;
+    /* Aim: one checkpoint interval ~ 1 ms of GPU timeline, at the process's
+     * GPU time per launch (over its mix of launches, not this interval's). */
+    double per_launch_us = contiguous ? g->launch_gpu_time.gpu_us / g->launch_gpu_time.launches
+                                      : (double)ms * 1000.0 / (double)launches;
+    double target = per_launch_us > 0 ? 1000.0 / per_launch_us : GS_GATE_MAX_INTERVAL;
     /* Grow smoothly, shrink at once: longer kernels must not queue for
      * several intervals at the old, larger count. */
     double current = (double)atomic_load_explicit(&g->interval, memory_order_relaxed);
@@ -369,6 +405,7 @@ void gs_gate_kernel_lengths_fork_child(gs_gate *g)
     memset(g->estimates, 0, sizeof g->estimates);
     atomic_store(&g->longest_work_us, 0);
     g->launch_gpu_from_timed = false;
+    g->launch_gpu_time = (gs_launch_gpu_time){0, 0};
     tls_start = NULL;
     tls_start_armed = false;
     g->queue_head = g->queue_count = 0;

@@ -150,40 +150,49 @@ static inline CUresult impl_graph_mem_trim(void *const *real_slot, int ptsz, CUd
 }
 
 /* Device-side copies and fills: the launch core with the row's own
- * function type (synchronous forms run on the legacy / per-thread stream). */
-#define GS_COPY_IMPL(impl, pfn_type, params, stream, call_args)                        \
+ * function type (synchronous forms run on the legacy / per-thread stream),
+ * keyed by kind and size for their length estimate. */
+#define GS_COPY_IMPL(impl, pfn_type, params, stream, work, call_args)                  \
     static inline CUresult impl_##impl params                                          \
     {                                                                                  \
-        GS_LAUNCH_CORE(pfn_type, stream, NULL, call_args)                                  \
+        GS_LAUNCH_CORE(pfn_type, stream, work, call_args)                                  \
     }
+#define GS_COPY_KEY(bytes) gs_copy_work_key(GS_WORK_COPY, (bytes))
+#define GS_FILL_KEY(bytes) gs_copy_work_key(GS_WORK_FILL, (bytes))
 GS_COPY_IMPL(copy_sync, gs_pfn_cuMemcpyDtoD_v2,
-             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, (dst, src, n))
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, GS_COPY_KEY(n),
+             (dst, src, n))
 GS_COPY_IMPL(copy_async, gs_pfn_cuMemcpyDtoDAsync_v2,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream),
-             hStream, (dst, src, n, hStream))
+             hStream, GS_COPY_KEY(n), (dst, src, n, hStream))
 GS_COPY_IMPL(fill8, gs_pfn_cuMemsetD8_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n),
-             NULL, (dst, v, n))
+             NULL, GS_FILL_KEY(n), (dst, v, n))
 GS_COPY_IMPL(fill16, gs_pfn_cuMemsetD16_v2,
-             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n), NULL, (dst, v, n))
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n), NULL, GS_FILL_KEY(2 * n),
+             (dst, v, n))
 GS_COPY_IMPL(fill32, gs_pfn_cuMemsetD32_v2, (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n),
-             NULL, (dst, v, n))
+             NULL, GS_FILL_KEY(4 * n), (dst, v, n))
 GS_COPY_IMPL(fill8_async, gs_pfn_cuMemsetD8Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned char v, size_t n, CUstream hStream),
-             hStream, (dst, v, n, hStream))
+             hStream, GS_FILL_KEY(n), (dst, v, n, hStream))
 GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned short v, size_t n, CUstream hStream),
-             hStream, (dst, v, n, hStream))
+             hStream, GS_FILL_KEY(2 * n), (dst, v, n, hStream))
 GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
-             hStream, (dst, v, n, hStream))
+             hStream, GS_FILL_KEY(4 * n), (dst, v, n, hStream))
 GS_COPY_IMPL(copy_peer, gs_pfn_cuMemcpyPeer, (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_PARAMS), NULL,
-             GS_PEER_ARGS)
+             GS_COPY_KEY(ByteCount), GS_PEER_ARGS)
 GS_COPY_IMPL(copy_peer_async, gs_pfn_cuMemcpyPeerAsync,
-             (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_ASYNC_PARAMS), hStream, GS_PEER_ASYNC_ARGS)
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_ASYNC_PARAMS), hStream, GS_COPY_KEY(ByteCount),
+             GS_PEER_ASYNC_ARGS)
+/* A batch's copies: one launch of unknown length (the process's per launch). */
 GS_COPY_IMPL(copy_batch, gs_pfn_cuMemcpyBatchAsync, (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_PARAMS),
-             hStream, GS_BATCH_ARGS)
+             hStream, NULL, GS_BATCH_ARGS)
 GS_COPY_IMPL(copy_batch_v2, gs_pfn_cuMemcpyBatchAsync_v2,
-             (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_V2_PARAMS), hStream, GS_BATCH_V2_ARGS)
+             (void *const *real_slot, int ptsz, GS_UNPAREN GS_BATCH_V2_PARAMS), hStream, NULL, GS_BATCH_V2_ARGS)
+#undef GS_COPY_KEY
+#undef GS_FILL_KEY
 
 /* 2D / 3D copies name each side's memory type: a copy with a host side
  * runs on the copy engines and passes ungated (as cuMemcpyHtoD does);

@@ -94,6 +94,14 @@ GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t l
     return gs_queue_bound_batch_launches(interval, launch_gpu_us, contended != 0);
 }
 
+GS_EXPORT void gslice_launch_gpu_time_series(const double *interval_us, const uint32_t *launches, int n,
+                                             uint32_t *estimates_us)
+{
+    gs_launch_gpu_time t = {0, 0};
+    for (int i = 0; i < n; i++)
+        estimates_us[i] = gs_launch_gpu_time_add(&t, interval_us[i], launches[i]);
+}
+
 GS_EXPORT uint64_t gslice_gate_idle_period_ns(uint32_t launch_gpu_us, uint64_t idle_gap_ns, int contended)
 {
     return gs_gate_idle_period_for(launch_gpu_us, idle_gap_ns, contended != 0);

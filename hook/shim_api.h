@@ -43,6 +43,10 @@ uint64_t gslice_ledger_lookup_ptr(uint64_t dptr);
 uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, int contended,
                                          int preempted_lately);
 int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
+/* The gate's GPU time per launch (hook/kernel_lengths.c), pure: fed the
+ * contiguous intervals interval_us[i] over launches[i] launches, in order;
+ * estimates_us[i] is its value after interval i. */
+void gslice_launch_gpu_time_series(const double *interval_us, const uint32_t *launches, int n, uint32_t *estimates_us);
 /* The keeper's idle check period (hook/gate_keeper.c), ns. */
 uint64_t gslice_gate_idle_period_ns(uint32_t launch_gpu_us, uint64_t idle_gap_ns, int contended);
 /* Number of rows in the intercept table and the exported name of row i. */

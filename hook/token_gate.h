@@ -157,6 +157,18 @@ typedef struct gs_work_estimate {
     bool solid;   /* measured at least once past the first launch of a slice */
 } gs_work_estimate;
 
+/* The process's GPU time per launch (kernel_lengths.c): decayed sums of
+ * the GPU time and the launches of recent intervals in which the GPU never
+ * ran dry, each launch's weight falling by 1/GS_GATE_LAUNCH_GPU_WINDOW per
+ * later launch. A ratio over ~that many launches, not the last interval:
+ * a PyTorch matmul on an H100/H200 is a short fill and a long GEMM, and
+ * intervals of one launch alternate between the two (7 us, 1800 us). */
+#define GS_GATE_LAUNCH_GPU_WINDOW 16
+typedef struct gs_launch_gpu_time {
+    double gpu_us;
+    double launches;
+} gs_launch_gpu_time;
+
 typedef struct gs_gate_stats {
     uint64_t tokens_acquired;
     uint64_t tokens_released;
@@ -253,6 +265,7 @@ typedef struct gs_gate {
     pthread_mutex_t checkpoint_mu;
     _Atomic uint32_t launch_gpu_us;   /* measured GPU time per launch, slow path only */
     bool launch_gpu_from_timed;       /* ... so far only from launches timed alone (checkpoint_mu) */
+    gs_launch_gpu_time launch_gpu_time; /* what launch_gpu_us is read from (checkpoint_mu) */
     _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work, or out a pause */
     gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
     int queue[GS_GATE_CHECKPOINTS];
@@ -328,6 +341,12 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work);
 /* Just before a launch of `work` whose checkpoint closes it alone: record
  * a start event on its stream, so the checkpoint measures that launch's own
  * GPU time (the first kernel of a slice included, whatever ran before). */
+/* The work key of a device-side copy or fill of `bytes` (kind: GS_WORK_COPY
+ * or GS_WORK_FILL), as a launch's CUfunction is a kernel's: its own length
+ * estimate, apart from the kernels' (a PyTorch GEMM's 7 us fill is not
+ * counted as one of its 1.8 ms kernels, nor the other way round). */
+enum { GS_WORK_COPY = 1, GS_WORK_FILL = 2 };
+const void *gs_copy_work_key(unsigned kind, size_t bytes);
 void gs_gate_mark_start(CUstream stream, int ptsz);
 /* The estimate for `work` in us (0: none yet). */
 uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);

@@ -20,6 +20,7 @@ US = 1_000
 # hook/token_gate.h
 FEED_AHEAD_US, PREEMPTED_FEED_AHEAD_US, FEED_AHEAD_FRACTION = 300, 150, 4
 CONTENDED_BATCH_US = 100
+LONG_KERNEL_US = 500
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,42 @@ def test_contended_batches_hold_at_most_a_batch_of_gpu_time(api, launch_gpu_us, 
     assert batch == expected
     assert batch == 1 or batch * launch_gpu_us <= CONTENDED_BATCH_US
     assert api.gslice_queue_bound_batch_launches(interval, launch_gpu_us, 0) == interval
+
+
+def _launch_gpu_time(api, intervals: list[tuple[float, int]]) -> list[int]:
+    """The gate's GPU time per launch after each (interval_us, launches)."""
+    ffi = pytest.importorskip("gslice._shim_api").ffi
+    n = len(intervals)
+    us = ffi.new("double[]", [i for i, _ in intervals])
+    launches = ffi.new("uint32_t[]", [k for _, k in intervals])
+    out = ffi.new("uint32_t[]", n)
+    api.gslice_launch_gpu_time_series(us, launches, n, out)
+    return list(out)
+
+
+def test_gpu_time_per_launch_is_the_mix_not_the_last_interval(api):
+    """A PyTorch 8192 matmul on an H200 is a fill and a 1.8 ms GEMM; with a
+    checkpoint after every launch the intervals alternate 7 us and 1800 us.
+    The estimate is the mix (~900 us per launch), not the last interval:
+    read as 7 us, the gate let ~14 launches (7 GEMMs) through per check."""
+    estimates = _launch_gpu_time(api, [(7.0, 1), (1800.0, 1)] * 40)
+    settled = estimates[20:]
+    assert all(800 <= e <= 1100 for e in settled), settled
+    # Longer units of the same mix: the same per launch.
+    assert 850 <= _launch_gpu_time(api, [(1807.0 * 4, 8)] * 10)[-1] <= 950
+
+
+def test_gpu_time_per_launch_follows_a_change_of_kernels(api):
+    """Kernels that grow are long (>= 500 us: paced one at a time) from
+    their first interval, and near their length within ~16 launches (their
+    own length is the per-function estimate's job); kernels that shrink
+    within ~16 launches' weight."""
+    grown = _launch_gpu_time(api, [(220.0 * 4, 4)] * 20 + [(12_500.0, 1)] * 32)
+    assert grown[19] == 220 and grown[20] >= LONG_KERNEL_US and grown[-1] >= 10_000
+    shrunk = _launch_gpu_time(api, [(12_500.0, 1)] * 20 + [(220.0 * 5, 5)] * 10)
+    assert shrunk[19] == 12_500 and 220 <= shrunk[-1] <= 600
+    # One long interval of many short launches: that interval alone.
+    assert _launch_gpu_time(api, [(12_500.0, 1)] * 5 + [(1000.0, 2000)])[-1] <= 1
 
 
 def _first_enqueued(burst: list[kernel_trace.KernelRun], at_ns: int) -> int:

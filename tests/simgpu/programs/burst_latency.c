@@ -11,10 +11,13 @@
  *   burst_latency queue N KERNEL_NS
  *       N kernels queued at once on one stream (no sync between them); prints
  *       ready=1 once they are queued, then synchronises
- *   burst_latency loop SECONDS KERNEL_NS SYNC_EVERY
+ *   burst_latency loop SECONDS KERNEL_NS SYNC_EVERY [FILL_BYTES]
  *       a neighbour: kernels back to back, synchronising every SYNC_EVERY
  *       (0: never; the stream's queue fills); prints ready=1 once running,
- *       kernels=N at the end
+ *       kernels=N at the end. With FILL_BYTES each kernel follows a
+ *       cuMemsetD32Async of that many bytes on its stream: a PyTorch matmul
+ *       on an H100/H200 is a short fill and the GEMM (two launches of very
+ *       different lengths per unit of work)
  *
  * Runs under the shim too (LD_PRELOAD): the launches go through the
  * exported cuLaunchKernel. */
@@ -74,17 +77,21 @@ static int bursts(double seconds, uint64_t ns, int burst, double think_ms, doubl
     return 0;
 }
 
-static int loop(double seconds, uint64_t ns, int sync_every) {
+static int loop(double seconds, uint64_t ns, int sync_every, size_t fill_bytes) {
+    CUdeviceptr fill = 0;
+    if (fill_bytes) CHECK(cuMemAlloc_v2(&fill, fill_bytes));
     double end = now_s() + seconds;
     long n = 0;
     printf("ready=1\n");
     fflush(stdout);
     while (now_s() < end) {
+        if (fill_bytes) CHECK(cuMemsetD32Async(fill, 0, fill_bytes / 4, stream));
         launch_sleep(ns);
         n++;
         if (sync_every > 0 && n % sync_every == 0) CHECK(cuCtxSynchronize());
     }
     CHECK(cuCtxSynchronize());
+    if (fill) CHECK(cuMemFree_v2(fill));
     printf("kernels=%ld\n", n);
     return 0;
 }
@@ -109,12 +116,13 @@ int main(int argc, char **argv) {
         setup();
         return queue(atoi(argv[2]), strtoull(argv[3], NULL, 10));
     }
-    if (argc == 5 && !strcmp(argv[1], "loop")) {
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "loop")) {
         setup();
-        return loop(atof(argv[2]), strtoull(argv[3], NULL, 10), atoi(argv[4]));
+        return loop(atof(argv[2]), strtoull(argv[3], NULL, 10), atoi(argv[4]),
+                    argc == 6 ? (size_t)strtoull(argv[5], NULL, 10) : 0);
     }
     fprintf(stderr, "usage: %s bursts SECONDS KERNEL_NS BURST THINK_MS [JITTER_MS] | queue N KERNEL_NS | "
-            "loop SECONDS KERNEL_NS SYNC_EVERY\n",
+            "loop SECONDS KERNEL_NS SYNC_EVERY [FILL_BYTES]\n",
             argv[0]);
     return 2;
 }
