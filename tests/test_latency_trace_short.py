@@ -92,3 +92,14 @@ def test_counters_are_taken_over_the_series_and_levels_as_they_stand():
                                                "launch_gpu_us": 1800}
     unavailable = {"available": False, "why": "not attached yet"}
     assert trace.stats_over(before, unavailable) == unavailable
+
+
+def test_launch_pattern_parses_its_arguments_without_a_gpu():
+    """benchmarks/gpu/launch_pattern.py (PyTorch only, run on a GPU machine)
+    imports and parses here, so it does not rot between GPU sessions; a
+    unit it does not know is refused with the choices."""
+    script = str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "launch_pattern.py")
+    shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--units" in shown.stdout, shown.stderr
+    refused = subprocess.run([sys.executable, script, "--units", "mm123"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "mm4096h" in refused.stderr, refused.stderr
