@@ -133,24 +133,44 @@ static gs_work_estimate *estimate_slot(gs_gate *g, const void *work)
     return &g->estimates[(h >> 7) % GS_GATE_WORK_ESTIMATES];
 }
 
+/* The longest estimate among the work seen lately (checkpoint_mu held). */
+static void update_longest_locked(gs_gate *g, uint64_t now)
+{
+    uint32_t longest = 0;
+    uint64_t seen = now;
+    for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++) {
+        const gs_work_estimate *e = &g->estimates[i];
+        if (e->work && e->gpu_us > longest && now - e->seen_ns < GS_GATE_LONGEST_MEMORY_NS) {
+            longest = e->gpu_us;
+            seen = e->seen_ns;
+        }
+    }
+    g->longest_seen_ns = seen;
+    atomic_store_explicit(&g->longest_work_us, longest, memory_order_relaxed);
+}
+
+/* This work's own estimate (0: unknown), before a launch of it: the launch
+ * keeps it among the work seen lately. */
 uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
 {
     if (!work)
         return 0;
     pthread_mutex_lock(&g->checkpoint_mu);
     gs_work_estimate *e = estimate_slot(g, work);
-    uint32_t us = e->work == work ? e->gpu_us : 0;
+    uint32_t us = 0;
+    if (e->work == work) {
+        us = e->gpu_us;
+        uint64_t now = gs_gate_monotonic_ns();
+        bool forgotten = now - e->seen_ns >= GS_GATE_LONGEST_MEMORY_NS;
+        e->seen_ns = now;
+        if (forgotten || us > atomic_load_explicit(&g->longest_work_us, memory_order_relaxed) ||
+            now - g->longest_seen_ns >= GS_GATE_LONGEST_MEMORY_NS)
+            update_longest_locked(g, now);
+    }
     pthread_mutex_unlock(&g->checkpoint_mu);
     return us;
 }
 
-/* One launch of `work` took `us` from its stream reaching it to its end.
- * The first launch of a slice may have queued behind the previous holder's
- * tail (up to a whole kernel of someone else's), so its sample may only
- * shrink an estimate already measured past a slice's first launch
- * ("solid"); otherwise shrink at once, grow half way (a kernel's length
- * also follows its arguments). The first measurement is taken as is; a
- * colliding key takes the slot over. */
 static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bool first_of_slice)
 {
     gs_work_estimate *e = estimate_slot(g, work);
@@ -164,11 +184,8 @@ static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bo
     }
     e->solid = e->solid || !first_of_slice;
     e->gpu_us = us ? us : 1;   /* measured, if under 1 us: 0 reads as unknown (the process's GPU time per launch) */
-    uint32_t longest = 0;
-    for (int i = 0; i < GS_GATE_WORK_ESTIMATES; i++)
-        if (g->estimates[i].work && g->estimates[i].gpu_us > longest)
-            longest = g->estimates[i].gpu_us;
-    atomic_store_explicit(&g->longest_work_us, longest, memory_order_relaxed);
+    e->seen_ns = gs_gate_monotonic_ns();
+    update_longest_locked(g, e->seen_ns);
 }
 
 /* (1 - 1/WINDOW)^launches, by squaring (no libm in the shim). */
@@ -404,6 +421,7 @@ void gs_gate_kernel_lengths_fork_child(gs_gate *g)
     memset(g->checkpoints, 0, sizeof g->checkpoints);
     memset(g->estimates, 0, sizeof g->estimates);
     atomic_store(&g->longest_work_us, 0);
+    g->longest_seen_ns = 0;
     g->launch_gpu_from_timed = false;
     g->launch_gpu_time = (gs_launch_gpu_time){0, 0};
     tls_start = NULL;

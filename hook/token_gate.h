@@ -155,7 +155,14 @@ typedef struct gs_work_estimate {
     const void *work;
     uint32_t gpu_us;
     bool solid;   /* measured at least once past the first launch of a slice */
+    uint64_t seen_ns;   /* last measured or checked before a launch */
 } gs_work_estimate;
+/* The longest estimate (what tokend sizes quanta by, and what decides a
+ * head start) counts only work seen in this long: a one-off kernel timed
+ * while another context held the GPU (a 180 us GEMM's 30 ms on an H200, at
+ * start-up) otherwise stayed the process's longest for good, and its group
+ * never started at a handback again. */
+#define GS_GATE_LONGEST_MEMORY_NS 5000000000ull
 
 /* The process's GPU time per launch (kernel_lengths.c): decayed sums of
  * the GPU time and the launches of recent intervals in which the GPU never
@@ -277,7 +284,8 @@ typedef struct gs_gate {
                                     * an expiry; a lease taken back for a client of no higher class is
                                     * not one); 0: never */
     gs_work_estimate estimates[GS_GATE_WORK_ESTIMATES];
-    _Atomic uint32_t longest_work_us; /* the longest estimate in the table (reported to tokend) */
+    _Atomic uint32_t longest_work_us; /* the longest estimate of work seen lately (reported to tokend) */
+    uint64_t longest_seen_ns;         /* when that work was last seen (checkpoint_mu) */
 
     _Atomic uint64_t n_acquired, n_released, n_idle, n_revokes, n_checkpoints, n_checkpoint_waits,
         n_slow, used_us_total, overrun_us_total, n_losses, n_renewals, n_lease_resumes, n_leases_at_start, n_wrap_ups,

@@ -81,3 +81,32 @@ def test_a_capped_groups_slices_cover_its_long_kernels_beside_a_neighbour(runner
     sliced = [r for r in later if r.away_ns > 0]
     with shim_build.expect_feature():
         assert not sliced, f"{len(sliced)} of {len(later)} 400 ms kernels shared the GPU with the neighbour: {sliced}"
+
+
+def test_the_longest_work_reported_is_work_seen_lately(tmp_path):
+    """The longest estimate (tokend's quanta, a head start at a handback)
+    counts work seen in the last 5 s only: a 12.5 ms kernel run once and
+    then not again stops being the process's longest, and counts again
+    when it comes back. (On an H200 a 180 us GEMM's one-off 30 ms sample,
+    timed while another context held the GPU, stayed the neighbour's
+    longest for good, and its group never started at a handback.)"""
+    from gslice.experiment import SharingExperiment
+    from gslice.workloads_served import ServedWorker
+
+    with SharingExperiment(tmp_path / "exp", gpu="sim") as exp:
+        exp.add_group("alone", request=1.0, limit=1.0, memory="1GiB")
+        worker = ServedWorker(exp, "alone", "driver", "longest", tmp_path)
+        try:
+            worker.wait_ready(120)
+            worker.call("throughput", 60, unit="mm16384bf", seconds=0.2, sync_every=1)
+            seen = worker.call("shim_stats", 30)
+            assert seen["available"] and seen["longest_work_us"] >= 10_000, seen
+            worker.call("throughput", 60, unit="mm4096h", seconds=6.0, sync_every=4)
+            later = worker.call("shim_stats", 30)
+            assert later["longest_work_us"] < 2_000, (
+                f"a 12.5 ms kernel last run 6 s ago is still the longest work: {later['longest_work_us']} us")
+            worker.call("throughput", 60, unit="mm16384bf", seconds=0.1, sync_every=1)
+            back = worker.call("shim_stats", 30)
+            assert back["longest_work_us"] >= 10_000, back
+        finally:
+            worker.close()
