@@ -57,7 +57,7 @@ def _neighbours_launching_after_bursts(burst_runs, runs_by_neighbour, within_ns:
             for end in _burst_ends(burst_runs)]
 
 
-def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1,
+def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1, neighbour_kernel_ns: int = MS // 4,
                                **setting) -> tuple[dict, list[dict], float, list[int]]:
     """One run: the processes' counters (the neighbours' in a list), the
     median gap (us) after a burst, and per burst how many neighbours
@@ -74,7 +74,7 @@ def _bursts_beside_a_neighbour(runner, tokend, trace_dir, neighbours: int = 1,
     def env(kind):
         return {**group_env(tokend, *groups[kind]), **setting, kernel_trace.ENV_KERNEL_TRACE: str(trace_dir)}
 
-    looping = [runner.start("loop", "driver", 3, MS // 4, 0, **env("low")) for _ in range(neighbours)]
+    looping = [runner.start("loop", "driver", 3, neighbour_kernel_ns, 0, **env("low")) for _ in range(neighbours)]
     for neighbour in looping:
         wait_for_line(neighbour, "ready=1")
     time.sleep(0.3)
@@ -127,6 +127,16 @@ def test_the_neighbour_starts_at_the_bursts_handback_not_at_its_grant(runner, to
     assert int(neighbour["shim_handback_starts"]) >= bursts // 5, neighbour
     assert int(burst_off["shim_handbacks_sent"]) == 0 and int(neighbour_off["shim_handback_starts"]) == 0
     assert gap_us < gap_off_us
+
+
+def test_a_neighbour_of_2_ms_kernels_starts_at_handbacks_too(runner, tokend, tmp_path):
+    """Its kernels are at the head start's limit (2 ms of work per item).
+    Its GPU time per launch, a mean over back-to-back launches, carries the
+    gaps between them (~2016 us): read as its work item, it refused every
+    head start (latency benchmark, two 2 ms groups: GPU busy 76 -> 72%)."""
+    burst, [neighbour], _, _ = _bursts_beside_a_neighbour(runner, tokend, tmp_path / "two-ms",
+                                                          neighbour_kernel_ns=2 * MS)
+    assert int(neighbour["shim_handback_starts"]) >= int(burst["bursts"]) // 5, neighbour
 
 
 def test_only_the_waiter_tokend_names_starts_at_a_handback(runner, tokend, tmp_path):
