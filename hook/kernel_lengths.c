@@ -176,6 +176,13 @@ uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
     return us;
 }
 
+/* One launch of `work` took `us` from its stream reaching it to its end.
+ * The first launch of a slice may have queued behind the previous holder's
+ * tail (up to a whole kernel of someone else's), so its sample may only
+ * shrink an estimate already measured past a slice's first launch
+ * ("solid"); otherwise shrink at once, grow half way (a kernel's length
+ * also follows its arguments). The first measurement is taken as is; a
+ * colliding key takes the slot over. */
 static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bool first_of_slice)
 {
     gs_work_estimate *e = estimate_slot(g, work);
