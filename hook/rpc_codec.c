@@ -182,8 +182,6 @@ size_t rpc_codec_timeout_header(int wait_ms, char out[12])
     return (size_t)snprintf(out, 12, "%dm", wait_ms);
 }
 
-#pragma GCC visibility pop
-
 bool rpc_codec_append(uint8_t **buf, size_t *len, size_t *cap, size_t first_cap, const uint8_t *framed,
                       size_t n)
 {
@@ -201,3 +199,5 @@ bool rpc_codec_append(uint8_t **buf, size_t *len, size_t *cap, size_t first_cap,
     *len += n;
     return true;
 }
+
+#pragma GCC visibility pop

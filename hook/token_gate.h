@@ -346,15 +346,15 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
  * pace the submission (see above) and wrap the slice up when the kernel or
  * graph would not fit in it (its own estimate, else the process's). */
 void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work);
-/* Just before a launch of `work` whose checkpoint closes it alone: record
- * a start event on its stream, so the checkpoint measures that launch's own
- * GPU time (the first kernel of a slice included, whatever ran before). */
 /* The work key of a device-side copy or fill of `bytes` (kind: GS_WORK_COPY
  * or GS_WORK_FILL), as a launch's CUfunction is a kernel's: its own length
  * estimate, apart from the kernels' (a PyTorch GEMM's 7 us fill is not
  * counted as one of its 1.8 ms kernels, nor the other way round). */
 enum { GS_WORK_COPY = 1, GS_WORK_FILL = 2 };
 const void *gs_copy_work_key(unsigned kind, size_t bytes);
+/* Just before a launch of `work` whose checkpoint closes it alone: record
+ * a start event on its stream, so the checkpoint measures that launch's own
+ * GPU time (the first kernel of a slice included, whatever ran before). */
 void gs_gate_mark_start(CUstream stream, int ptsz);
 /* The estimate for `work` in us (0: none yet). */
 uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work);

@@ -32,14 +32,21 @@ SLACK_MS = 0.2
 # leave queued). False runs them bare, with queues the GPU time-slices with
 # the burst: the check must then fail (its cut).
 NEIGHBOURS_UNDER_SHIM = True
+# The neighbours loop this long (s): past the 6 s of bursts, then they exit
+# and write their kernel traces.
+NEIGHBOUR_SECONDS = "9"
 
 
-def first_kernel_waits(burst_latency, tmp_path, neighbours: list[list[str]]) -> tuple[list[float], float]:
+def first_kernel_waits(burst_latency, tmp_path,
+                       neighbours: list[list[str]]) -> tuple[list[float], float, list[float]]:
     """The burst's first kernel's wait for the GPU (ms, from its launch to
     its start on the engine) in each burst beside `neighbours` (burst_latency
-    arguments, one low-priority group each), and the simulator's context
-    switch (ms)."""
+    arguments, one low-priority group each), the simulator's context switch
+    (ms), and the neighbours' GPU work queued at each burst's start (ms,
+    requested time), each list sorted."""
+    running = []
     with SharingExperiment(gpu="sim") as exp:
+        exp.sim_env[kernel_trace.ENV_KERNEL_TRACE] = str(tmp_path)
         exp.add_group("inference", request=0.3, limit=1.0, memory="1GiB", priority="high")
         for i, argv in enumerate(neighbours):
             group = f"batch-{i}"
@@ -47,15 +54,20 @@ def first_kernel_waits(burst_latency, tmp_path, neighbours: list[list[str]]) -> 
             neighbour = exp.spawn(group, [str(burst_latency), *argv], shim=NEIGHBOURS_UNDER_SHIM,
                                   stdout=subprocess.PIPE, text=True)
             assert neighbour.stdout.readline().strip() == "ready=1"
-        exp.sim_env[kernel_trace.ENV_KERNEL_TRACE] = str(tmp_path)
+            running.append(neighbour)
         bursts = exp.spawn("inference", [str(burst_latency), "bursts", "6", "215000", "8", "10", "3"],
                            stdout=subprocess.PIPE, text=True)
         out, _ = bursts.communicate(timeout=120)
         assert bursts.returncode == 0, out
+        for neighbour in running:   # its trace is written as it exits (NEIGHBOUR_SECONDS outlast the bursts)
+            neighbour.communicate(timeout=60)
+            assert neighbour.returncode == 0
         with simgpu.SimGpu(exp.sim_name) as gpu:
             switch_ms = gpu.engine_model().switch_ns / 1e6
     report = json.loads(out.strip().splitlines()[-1])
     runs = sorted(kernel_trace.read(tmp_path, report["pid"]), key=lambda r: r.enqueued_ns)
+    theirs = [run for neighbour in running for run in kernel_trace.read(tmp_path, neighbour.pid)]
+    ahead = sorted(kernel_trace.queued_at_ns(theirs, int(start * 1e9)) / 1e6 for start in report["burst_starts"][1:])
     waits = []
     for start, latency_ms in zip(report["burst_starts"][1:], report["latencies_ms"][1:]):  # the first pays start-up
         start_ns = int(start * 1e9)
@@ -64,12 +76,12 @@ def first_kernel_waits(burst_latency, tmp_path, neighbours: list[list[str]]) -> 
         first = burst[0]  # launched once the shim let it through: what follows is the GPU's doing
         waits.append((first.start_ns - first.enqueued_ns) / 1e6)
     assert len(waits) >= 200, f"only {len(waits)} bursts in 6 s"
-    return sorted(waits), switch_ms
+    return sorted(waits), switch_ms, ahead
 
 
 def test_a_launched_burst_waits_at_most_one_neighbour_kernel_plus_the_switch(burst_latency, tmp_path):
-    loop = ["loop", "60", str(int(NEIGHBOUR_KERNEL_MS * 1e6)), "0"]
-    waits, switch_ms = first_kernel_waits(burst_latency, tmp_path, [loop, loop])
+    loop = ["loop", NEIGHBOUR_SECONDS, str(int(NEIGHBOUR_KERNEL_MS * 1e6)), "0"]
+    waits, switch_ms, _ = first_kernel_waits(burst_latency, tmp_path, [loop, loop])
     median = waits[len(waits) // 2]
     bound = NEIGHBOUR_KERNEL_MS + switch_ms + SLACK_MS
     assert median <= bound, (f"the median burst's first kernel waited {median:.2f} ms for the GPU after its launch "
@@ -82,16 +94,27 @@ def test_a_launched_burst_waits_at_most_one_neighbour_kernel_plus_the_switch(bur
 # synchronised every 4 units.
 MATMUL_KERNEL_MS = 1.8
 MATMUL_FILL_BYTES = 4096
+# hook/token_gate.h: how far ahead a process preempted lately feeds.
+PREEMPTED_FEED_AHEAD_MS = 0.15
 
 
 def test_one_neighbour_kernel_also_when_each_kernel_follows_a_short_fill(burst_latency, tmp_path):
     """The queue is bounded in GPU time, not in launches: a neighbour whose
-    units are a fill and a long kernel keeps about one kernel queued. (The
-    gate measured its GPU time per launch from its last checkpoint interval
-    alone, a fill's few us every other time; it then let ~8 launches through
-    per check, 4 GEMMs: bursts on an H200 waited 4-9 ms.)"""
-    loop = ["loop", "60", str(int(MATMUL_KERNEL_MS * 1e6)), "4", str(MATMUL_FILL_BYTES)]
-    waits, switch_ms = first_kernel_waits(burst_latency, tmp_path, [loop])
+    units are a fill and a long kernel has about one kernel queued when a
+    burst starts, and the burst waits about that. Read from the trace, in
+    requested time: the simulator's 2.09 ms time slices would cap the wait
+    alone even for a neighbour with four kernels queued (the cut: neighbours
+    bare). On an H200 the gate, reading its GPU time per launch from its last
+    interval (a fill's 7 us every other time), let 2-4 GEMMs queue; on this
+    simulator the fills' intervals carry its host's 50-100 us wake-ups and
+    the fault did not show: test_queue_bound.py checks that arithmetic."""
+    loop = ["loop", NEIGHBOUR_SECONDS, str(int(MATMUL_KERNEL_MS * 1e6)), "4", str(MATMUL_FILL_BYTES)]
+    waits, switch_ms, ahead = first_kernel_waits(burst_latency, tmp_path, [loop])
+    queued_p90 = ahead[int(0.9 * len(ahead))]
+    queued_bound = MATMUL_KERNEL_MS + PREEMPTED_FEED_AHEAD_MS + 0.05
+    assert queued_p90 <= queued_bound, (
+        f"p90 {queued_p90:.2f} ms of the neighbour's GPU work queued at a burst's start "
+        f"(bound: one {MATMUL_KERNEL_MS} ms kernel + the {PREEMPTED_FEED_AHEAD_MS} ms feed-ahead)")
     median, p90 = waits[len(waits) // 2], waits[int(0.9 * len(waits))]
     bound = MATMUL_KERNEL_MS + switch_ms + SLACK_MS
     assert median <= bound and p90 <= bound + MATMUL_KERNEL_MS / 2, (
