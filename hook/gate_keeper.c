@@ -70,20 +70,27 @@ void gs_gate_ensure_keeper_locked(gs_gate *g)
     g->keeper_running = true;
 }
 
-/* Wait for everything the slice queued: push each context it launched in. */
-static void synchronise_contexts(CUcontext *ctxs, int n)
+/* Wait for everything the slice queued: push each context it launched in.
+ * False when a context could not be synchronised because a capture began
+ * after the caller looked (the driver refuses to wait for a capturing
+ * stream): the caller then waits for the newest checkpoint instead. */
+static bool synchronise_contexts(CUcontext *ctxs, int n)
 {
     if (!gs_cu.cuCtxPushCurrent || !gs_cu.cuCtxSynchronize || !gs_cu.cuCtxPopCurrent)
-        return;
+        return true;
+    bool all = true;
     for (int i = 0; i < n; i++) {
         if (gs_cu.cuCtxPushCurrent(ctxs[i]) != CUDA_SUCCESS)
             continue;
         CUresult rc = gs_cu.cuCtxSynchronize();
-        if (rc != CUDA_SUCCESS)
+        if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+            all = false;
+        else if (rc != CUDA_SUCCESS)
             GS_DEBUG("cuCtxSynchronize at slice end returned %d (the application's error, left to it)", rc);
         CUcontext popped;
         gs_cu.cuCtxPopCurrent(&popped);
     }
+    return all;
 }
 
 /* Close the gate, wait for the slice's work, release the token. */
@@ -133,10 +140,8 @@ static void end_slice_locked(gs_gate *g, bool idle)
     bool long_handback = handover && gs_gate_work_item_us(g) && gs_gate_may_hand_back(g);
     bool drain = idle || lost || long_handback || (!preempted && !gs_doorbell_contended(&g->doorbell));
     if (drain) {
-        if (gs_capture_any())
+        if (gs_capture_any() || !synchronise_contexts(ctxs, n))
             gs_gate_wait_newest_checkpoint(g);
-        else
-            synchronise_contexts(ctxs, n);
     }
     uint64_t end_ns = drain ? gs_gate_monotonic_ns() : gs_gate_wait_for_handoff_point(g, preempted);
     /* Tell the next group now, not through the release's round trip and

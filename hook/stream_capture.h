@@ -4,11 +4,11 @@
  * node, run later by cuGraphLaunch (gated and charged there). So such a
  * launch is neither gated nor charged, and the shim never records or
  * queries an event in a capturing stream (cuda.h: that invalidates the
- * capture, CUDA_ERROR_CAPTURED_EVENT). While any capture is active in the
- * process, the shim's own driver calls on application threads run in
- * RELAXED capture mode (a GLOBAL-mode event query from another thread is
- * "potentially unsafe" and would invalidate a GLOBAL capture), and the gate
- * keeper thread is RELAXED for good and waits only on non-captured work.
+ * capture, CUDA_ERROR_CAPTURED_EVENT). The shim's own driver calls on
+ * application threads always run in RELAXED capture mode (a GLOBAL-mode
+ * event query beside another thread's GLOBAL capture is "potentially
+ * unsafe" and would invalidate it), and the gate keeper thread is RELAXED
+ * for good and waits only on non-captured work.
  *
  * Nothing here runs on the launch fast path: the counter is read by slow
  * paths only. */
@@ -38,9 +38,10 @@ void gs_capture_ended(CUresult rc);
  * refuse it because of one)? Only asks the driver while a capture is active. */
 bool gs_capture_launch_is_captured(CUstream stream, int ptsz);
 
-/* Around the shim's own driver calls on an application thread: RELAXED
- * while a capture is active. Returns the mode to restore, or -1 when
- * nothing was changed. */
+/* Around the shim's own driver calls on an application thread: RELAXED,
+ * whether or not a capture is active now (one may begin on another thread
+ * at any moment). Slow paths only: two driver calls. Returns the mode to
+ * restore, or -1 when nothing was changed. */
 int gs_capture_relax(void);
 void gs_capture_restore(int previous);
 

@@ -57,3 +57,22 @@ def test_capture_beside_a_busy_group_succeeds_and_replays_are_gated_and_charged(
         assert len(mine) == 1
         # Captured launches did not run; each replay ran all of them.
         assert mine[0].kernels_completed == int(out["background_launches"]) + REPLAYS * LAUNCHES
+
+
+def test_many_global_captures_beside_the_shims_own_calls_on_another_thread(runner, tokend, capture_probe):
+    """The shim's driver calls on an application thread (checkpoints,
+    pacing waits) must not invalidate a GLOBAL capture that another thread
+    begins at any moment, including between the shim's decision and its call."""
+    admin = tokend.admin()
+    a = admin.create_group("a", request=0.5, limit=1.0, memory="1GiB")
+    b = admin.create_group("b", request=0.5, limit=1.0, memory="1GiB")
+    busy = runner.start("loop", "driver", 30, 200_000, 0, **group_env(tokend, "b", b.secret))
+    wait_for_line(busy, "ready=", timeout=30)
+    env = runner.env(**group_env(tokend, "a", a.secret))
+    result = subprocess.run([str(capture_probe), "global", "4", str(KERNEL_NS), "1", "3000"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    busy.kill()
+    out = parse_kv(result.stdout)
+    assert int(out["background_launches"]) > 0
+    assert out["captures_failed"] == "0", (result.stdout, result.stderr)
+    assert result.returncode == 0, (result.stdout, result.stderr)

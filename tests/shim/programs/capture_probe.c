@@ -2,10 +2,14 @@
  * GPU busy from another thread (so the shim's gate, checkpoints and keeper
  * are all active during the capture), then replays the graph.
  *
- *   capture_probe MODE LAUNCHES KERNEL_NS REPLAYS
+ *   capture_probe MODE LAUNCHES KERNEL_NS REPLAYS [CAPTURES]
  *     MODE: global | local | relaxed (the capture's cuStreamCaptureMode)
+ *     CAPTURES: capture that many times, 0.5 ms apart, without host pauses
+ *       (default 1): many capture starts, each one a chance to land while
+ *       the background thread is inside the shim's own driver calls
  *
- * Prints key=value lines: end_rc (cuStreamEndCapture), nodes, and for the
+ * Prints key=value lines: end_rc (cuStreamEndCapture, the first failure's
+ * if any), captures_failed, nodes (of the last capture), and for the
  * replays the shim's gate counters before/after (tokens, used_us). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -66,8 +70,8 @@ static double now_ms(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s global|local|relaxed LAUNCHES KERNEL_NS REPLAYS\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s global|local|relaxed LAUNCHES KERNEL_NS REPLAYS [CAPTURES]\n", argv[0]);
         return 2;
     }
     int mode = !strcmp(argv[1], "global") ? CU_STREAM_CAPTURE_MODE_GLOBAL
@@ -76,6 +80,7 @@ int main(int argc, char **argv)
     int launches = atoi(argv[2]);
     uint64_t kernel_ns = strtoull(argv[3], NULL, 10);
     int replays = atoi(argv[4]);
+    int captures = argc == 6 ? atoi(argv[5]) : 1;
     int (*stats)(gslice_shim_stats *) = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
 
     check(cuInit(0), "cuInit");
@@ -93,19 +98,36 @@ int main(int argc, char **argv)
     pthread_create(&bg, NULL, background, NULL);
     usleep(50000);
 
-    /* The capture spans many slices of the background work: a short host
-     * pause every 100 launches, as a framework tracing Python would. */
+    /* One capture spans many slices of the background work: a short host
+     * pause every 100 launches, as a framework tracing Python would. Many
+     * captures: 0.5 ms apart, none inside a capture. */
     double t0 = now_ms();
-    check(cuStreamBeginCapture_v2(s, mode), "cuStreamBeginCapture_v2");
-    CUresult launch_rc = CUDA_SUCCESS;
-    for (int i = 0; i < launches && launch_rc == CUDA_SUCCESS; i++) {
-        launch_rc = launch_sleep(s, kernel_ns);
-        if (i % 100 == 99)
-            usleep(10000);
-    }
+    CUresult launch_rc = CUDA_SUCCESS, end_rc = CUDA_SUCCESS;
     CUgraph graph = NULL;
-    CUresult end_rc = cuStreamEndCapture(s, &graph);
-    printf("capture_ms=%.1f\nlaunch_rc=%d\nend_rc=%d\n", now_ms() - t0, launch_rc, end_rc);
+    int captures_failed = 0;
+    for (int c = 0; c < captures; c++) {
+        CUresult launch_c = CUDA_SUCCESS;
+        if (graph) {
+            check(cuGraphDestroy(graph), "cuGraphDestroy");
+            usleep(500);   /* spread the capture starts over the background's slices */
+        }
+        graph = NULL;
+        check(cuStreamBeginCapture_v2(s, mode), "cuStreamBeginCapture_v2");
+        for (int i = 0; i < launches && launch_c == CUDA_SUCCESS; i++) {
+            launch_c = launch_sleep(s, kernel_ns);
+            if (captures == 1 && i % 100 == 99)
+                usleep(10000);
+        }
+        CUresult end_c = cuStreamEndCapture(s, &graph);
+        if (launch_c != CUDA_SUCCESS || end_c != CUDA_SUCCESS) {
+            if (!captures_failed++) {
+                launch_rc = launch_c;
+                end_rc = end_c;
+            }
+        }
+    }
+    printf("capture_ms=%.1f\nlaunch_rc=%d\nend_rc=%d\ncaptures_failed=%d\n", now_ms() - t0, launch_rc, end_rc,
+           captures_failed);
     stop_background = 1;
     pthread_join(bg, NULL);
     printf("background_launches=%ld\n", background_launches);
