@@ -147,8 +147,11 @@ class LatencyRunner:
 
 
 def burst_parts(report: dict, runs: list[kernel_trace.KernelRun]) -> list[dict]:
-    """Per burst (us): `first`: its start to its first kernel on the engine;
-    `away`: its kernels stopped at slice ends while another context ran."""
+    """Per burst (us): `first`: its start to its first kernel on the engine,
+    of which `launched` is its start to that kernel's launch reaching the
+    GPU (the host's part: the token's wait, the shim) and the rest the GPU's
+    (the neighbour's queue, the switch); `away`: its kernels stopped at slice
+    ends while another context ran."""
     runs = sorted(runs, key=lambda r: r.enqueued_ns)
     enqueued = [r.enqueued_ns for r in runs]
     import bisect
@@ -159,6 +162,7 @@ def burst_parts(report: dict, runs: list[kernel_trace.KernelRun]) -> list[dict]:
         burst = [r for r in runs[i:i + BURST_KERNELS] if r.enqueued_ns <= start_ns + latency_ms * 1e6]
         if burst:
             parts.append({"latency_ms": latency_ms, "first_us": (min(r.start_ns for r in burst) - start_ns) / 1e3,
+                          "launched_us": (min(r.enqueued_ns for r in burst) - start_ns) / 1e3,
                           "away_us": sum(r.away_ns for r in burst) / 1e3})
     return parts
 
@@ -178,7 +182,7 @@ def pooled(reports: list[dict]) -> dict:
         slowest = parts[-max(1, len(parts) // 100):]
         for label, group in (("all", parts), ("slowest_1pct", slowest)):
             summary[f"where_{label}_us"] = {k: round(sum(p[k] for p in group) / len(group), 1)
-                                            for k in ("first_us", "away_us")}
+                                            for k in ("first_us", "launched_us", "away_us")}
     return summary
 
 

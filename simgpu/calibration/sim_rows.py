@@ -6,12 +6,18 @@ the same shapes as the real measurements, side by side with them.
   synchronising: the shapes h100_calibration.py measured with PyTorch on an
   H100 without gslice (h100_jitter.py -> h100-2026-11-26/jitter-*.json; fp16
   4096 and 8192 matmuls took 0.178 and 1.505 ms that day, calibration.json).
-- `gslice` rows: FIELD-NOTES section 10 (H100, wheel of commit 0873653):
-  bursts of 8 x 215 us kernels under the shim at high priority beside a
-  low-priority process doing 220 us or 1800 us kernels, 4 per sync.
+- `gslice` rows: the same bursts under the shim at high priority (think
+  10 +- 3 ms) beside a low-priority process under the shim doing 178 us or
+  1448 us kernels, 4 per sync or never: what benchmarks/gpu/latency_trace.py
+  measured with PyTorch on an H200 with the wheel of d9f90a1 (series
+  `gslice_jitter` against `alone_bare`, 300 bursts each,
+  benchmarks/results/gpu/latency_trace_20261127T1413Z_h200_torch.log; fp16
+  4096 and 8192 matmuls took 0.178 and 1.448 ms there, launch_pattern_*.json).
+  (FIELD-NOTES section 10's gslice rows measured the wheel of 0873653, code
+  long since changed: not a calibration.)
 
 Each row: burst p50 and p99 minus the bare-alone series of the same run
-(interleaved rounds), against the H100's figure.
+(interleaved rounds), against the GPU's figure.
 
     .venv/bin/python simgpu/calibration/sim_rows.py [SECONDS_PER_SERIES] [ROUNDS] [bare|gslice|both]
 """
@@ -48,8 +54,10 @@ H100 = _h100_jittered()
 # H100 bare rows: (neighbour kernel us, sync every) -> series name in calibration.json
 BARE_ROWS = {(178, 4): "beside_4096_sync4", (178, 0): "beside_4096_never",
              (1505, 4): "beside_8192_sync4", (1505, 0): "beside_8192_never"}
-# FIELD-NOTES section 10, under gslice: (neighbour kernel us) -> (p50 +ms, p99 +ms, bursts measured)
-GSLICE_ROWS = {220: (1.02, 1.72, 1000), 1800: (2.35, 8.3, 300)}
+# H200 under gslice (d9f90a1), think 10 +- 3 ms: (neighbour kernel us, sync every) -> (p50 +ms, p99 +ms,
+# bursts measured), gslice_jitter minus alone_bare of the same shape in latency_trace_20261127T1413Z_h200_torch.log
+GSLICE_ROWS = {(178, 4): (2.09 - 1.66, 2.59 - 1.80, 300), (1448, 4): (2.64 - 1.69, 4.05 - 1.78, 300),
+               (178, 0): (2.24 - 1.70, 2.62 - 1.84, 300)}
 
 
 def h100_bare(name: str) -> tuple[float, float]:
@@ -67,7 +75,6 @@ def run(seconds: float, rounds: int, which: str) -> dict:
         exp.add_group("batch-b", request=0.35, limit=1.0, memory="1GiB", priority="low")
         # Think 10 +- 3 ms, as h100_jitter.py measured (the fixed 10 ms locks onto the slices' phase).
         bare_runner = exp_latency.LatencyRunner(exp, program, burst_kernel_us=178, jitter_ms=3.0)
-        shim_runner = exp_latency.LatencyRunner(exp, program, burst_kernel_us=215)
         series: dict[str, list[dict]] = {}
         part = seconds / rounds
         for _ in range(rounds):
@@ -77,10 +84,10 @@ def run(seconds: float, rounds: int, which: str) -> dict:
                     series.setdefault(f"bare/{kernel_us}us_sync{sync}", []).append(
                         bare_runner.beside(kernel_us, sync, 1, part, trace_dir, shim=False))
             if which in ("gslice", "both"):
-                series.setdefault("gslice/bare", []).append(shim_runner.bursts(part, shim=False, trace_dir=trace_dir))
-                for kernel_us in GSLICE_ROWS:
-                    series.setdefault(f"gslice/{kernel_us}us_sync4", []).append(
-                        shim_runner.beside(kernel_us, 4, 1, part, trace_dir))
+                series.setdefault("gslice/bare", []).append(bare_runner.bursts(part, shim=False, trace_dir=trace_dir))
+                for (kernel_us, sync) in GSLICE_ROWS:
+                    series.setdefault(f"gslice/{kernel_us}us_sync{sync}", []).append(
+                        bare_runner.beside(kernel_us, sync, 1, part, trace_dir))
         out["engine_model"] = exp_latency._engine_model(exp.sim_name)
     out["load_after"] = os.getloadavg()
     summaries = {n: exp_latency.pooled(r) for n, r in series.items()}
@@ -92,20 +99,21 @@ def run(seconds: float, rounds: int, which: str) -> dict:
             s = summaries[f"bare/{kernel_us}us_sync{sync}"]
             h50, h99 = h100_bare(name)
             rows.append({"row": f"bare beside {kernel_us} us, sync {sync or 'never'}",
-                         "sim_p50_plus": s["p50_ms"] - alone["p50_ms"], "h100_p50_plus": h50,
-                         "sim_p99_plus": s["p99_ms"] - alone["p99_ms"], "h100_p99_plus": h99,
-                         "bursts": s["bursts"]})
+                         "sim_p50_plus": s["p50_ms"] - alone["p50_ms"], "gpu_p50_plus": h50,
+                         "sim_p99_plus": s["p99_ms"] - alone["p99_ms"], "gpu_p99_plus": h99,
+                         "bursts": s["bursts"], "gpu": "H100"})
     if "gslice/bare" in summaries:
         bare = summaries["gslice/bare"]
-        for kernel_us, (h50, h99, h_bursts) in GSLICE_ROWS.items():
-            s = summaries[f"gslice/{kernel_us}us_sync4"]
-            rows.append({"row": f"gslice beside {kernel_us} us, sync 4",
-                         "sim_p50_plus": s["p50_ms"] - bare["p50_ms"], "h100_p50_plus": h50,
-                         "sim_p99_plus": s["p99_ms"] - bare["p99_ms"], "h100_p99_plus": h99,
-                         "bursts": s["bursts"], "h100_bursts": h_bursts})
+        for (kernel_us, sync), (h50, h99, h_bursts) in GSLICE_ROWS.items():
+            s = summaries[f"gslice/{kernel_us}us_sync{sync}"]
+            rows.append({"row": f"gslice beside {kernel_us} us, sync {sync or 'never'}",
+                         "sim_p50_plus": s["p50_ms"] - bare["p50_ms"], "gpu_p50_plus": h50,
+                         "sim_p99_plus": s["p99_ms"] - bare["p99_ms"], "gpu_p99_plus": h99,
+                         "bursts": s["bursts"], "gpu_bursts": h_bursts, "gpu": "H200",
+                         "sim_neighbours_of_idle": s.get("neighbours_of_idle"), "sim_gpu_busy": s.get("gpu_busy")})
     for row in rows:
-        row["p50_ratio"] = row["sim_p50_plus"] / row["h100_p50_plus"]
-        row["p99_ratio"] = row["sim_p99_plus"] / row["h100_p99_plus"]
+        row["p50_ratio"] = row["sim_p50_plus"] / row["gpu_p50_plus"]
+        row["p99_ratio"] = row["sim_p99_plus"] / row["gpu_p99_plus"]
     out["rows"] = rows
     return out
 
@@ -116,9 +124,12 @@ def main() -> int:
     which = sys.argv[3] if len(sys.argv) > 3 else "both"
     out = run(seconds, rounds, which)
     for row in out["rows"]:
-        print(f"{row['row']:32s} p50 +{row['sim_p50_plus']:.2f} (H100 +{row['h100_p50_plus']:.2f}, "
-              f"x{row['p50_ratio']:.2f})  p99 +{row['sim_p99_plus']:.2f} (H100 +{row['h100_p99_plus']:.2f}, "
-              f"x{row['p99_ratio']:.2f})  bursts {row['bursts']}")
+        gpu = row["gpu"]
+        print(f"{row['row']:32s} p50 +{row['sim_p50_plus']:.2f} ({gpu} +{row['gpu_p50_plus']:.2f}, "
+              f"x{row['p50_ratio']:.2f})  p99 +{row['sim_p99_plus']:.2f} ({gpu} +{row['gpu_p99_plus']:.2f}, "
+              f"x{row['p99_ratio']:.2f})  bursts {row['bursts']}"
+              + (f"  neighbours_of_idle {row['sim_neighbours_of_idle']:.2f} busy {row['sim_gpu_busy']:.2f}"
+                 if row.get("sim_neighbours_of_idle") is not None else ""))
     print(json.dumps(out))
     return 0
 
