@@ -67,6 +67,7 @@ TEST_CUTS = {
     "unmeasured_one_at_a_time": "GSLICE_TEST_CUT_UNMEASURED_ONE_AT_A_TIME",  # first launches queue freely
     "lengths_with_the_ask": "GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK",  # a token is asked for before drained lengths are in
     "ring_at_lease_resume": "GSLICE_TEST_CUT_RING_AT_LEASE_RESUME",  # a lease resumes past a ring it heard idle
+    "copy_work_keys": "GSLICE_TEST_CUT_COPY_WORK_KEYS",  # copies and fills share no length estimate of their own
 }
 
 

@@ -157,8 +157,13 @@ static inline CUresult impl_graph_mem_trim(void *const *real_slot, int ptsz, CUd
     {                                                                                  \
         GS_LAUNCH_CORE(pfn_type, stream, work, call_args)                                  \
     }
+#ifndef GSLICE_TEST_CUT_COPY_WORK_KEYS   /* test-only build (hook/build.py TEST_CUTS) */
 #define GS_COPY_KEY(bytes) gs_copy_work_key(GS_WORK_COPY, (bytes))
 #define GS_FILL_KEY(bytes) gs_copy_work_key(GS_WORK_FILL, (bytes))
+#else
+#define GS_COPY_KEY(bytes) NULL
+#define GS_FILL_KEY(bytes) NULL
+#endif
 GS_COPY_IMPL(copy_sync, gs_pfn_cuMemcpyDtoD_v2,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, CUdeviceptr src, size_t n), NULL, GS_COPY_KEY(n),
              (dst, src, n))

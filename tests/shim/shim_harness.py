@@ -45,6 +45,7 @@ LEDGER_REFUSAL_CUT = "ledger_refusal"  # allocations over the quota go through
 UNMEASURED_CUT = "unmeasured_one_at_a_time"   # a process's first launches queue freely
 LENGTHS_CUT = "lengths_with_the_ask"          # a token is asked for before drained lengths are in
 RING_AT_LEASE_CUT = "ring_at_lease_resume"    # a lease resumes past a ring it heard while idle
+COPY_KEYS_CUT = "copy_work_keys"              # copies and fills have no length estimate of their own
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:

@@ -15,6 +15,7 @@ import pytest
 
 from gslice.experiment import SharingExperiment
 from gslice.simgpu import kernel_trace
+from shim_harness import COPY_KEYS_CUT, group_env
 
 US = 1_000
 # hook/token_gate.h
@@ -96,6 +97,31 @@ def test_gpu_time_per_launch_follows_a_change_of_kernels(api):
     assert shrunk[19] == 12_500 and 220 <= shrunk[-1] <= 600
     # One long interval of many short launches: that interval alone.
     assert _launch_gpu_time(api, [(12_500.0, 1)] * 5 + [(1000.0, 2000)])[-1] <= 1
+
+
+FILL_BYTES = 20 << 20       # at the simulated 10 GB/s: 2.1 ms (3.4 ms on a 2-core VM: the simulator also writes
+FILL_US = FILL_BYTES / 10e3  # the 20 MiB)
+FILL_KERNEL_US = 30
+
+
+@pytest.mark.parametrize("shim_build", ["normal", COPY_KEYS_CUT], indirect=True)
+def test_a_fill_is_work_of_its_own_length(runner, tokend, shim_build):
+    """A fill has its own length estimate, as a kernel has: a process that
+    alternates 2.1 ms fills with 30 us kernels reports the fill's length as
+    its longest work (tokend's quanta, a head start's limit), and its gate
+    paces and wraps up on it, not on the kernels' 30 us. (A PyTorch matmul
+    on Hopper is a fill and a GEMM; cut, fills count at the process's mean
+    and the longest work is the kernel's.)"""
+    admin = tokend.admin()
+    a = admin.create_group("a", request=1.0, limit=1.0, memory="1GiB")
+    rc, out, err = runner.run("fills", "driver", 1.5, FILL_KERNEL_US * US, FILL_BYTES, timeout=60, GSLICE_SIM_DEVICE_GBPS=10,
+                              **group_env(tokend, "a", a.secret))
+    assert rc == 0, (out, err)
+    assert int(out["launched"]) >= 50
+    with shim_build.expect_feature():
+        # At least the fill's simulated length; at most what the simulator's
+        # host writing the 20 MiB could add on a slow machine.
+        assert 0.9 * FILL_US <= int(out["shim_longest_work_us"]) <= 4 * FILL_US, out["shim_longest_work_us"]
 
 
 def _first_enqueued(burst: list[kernel_trace.KernelRun], at_ns: int) -> int:

@@ -11,6 +11,9 @@
  *   cuda_probe resume ROUTE KERNEL_NS          one kernel, sync, wait until the gate keeps the token
  *                                              as a lease, print leased=1, read a line from stdin,
  *                                              then time the launch that resumes the lease
+ *   cuda_probe fills ROUTE SECONDS KERNEL_NS FILL_BYTES  a fill of FILL_BYTES (cuMemsetD32Async), then
+ *                                              a kernel, sync, again: two kinds of work of very
+ *                                              different lengths, one of them not a kernel
  *   cuda_probe synced ROUTE SECONDS KERNEL_NS PROBE_EVERY  each kernel synchronised; before every
  *                                              PROBE_EVERY-th, a 0 ns kernel of the same function
  *                                              (the real-GPU check's probe: scripts/gpu-check)
@@ -21,7 +24,7 @@
  *   cuda_probe fork N KERNEL_NS                child launches N kernels after fork
  *   cuda_probe routes                          which pointers the runtime route hands out
  * ROUTE is "driver" (exported names) or "runtime" (cuGetProcAddress_v2 route).
- * launch, loop and bursts end with the shim's gate counters (shim_revokes=...) when
+ * launch, loop, fills and bursts end with the shim's gate counters (shim_revokes=...) when
  * the shim is preloaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -145,6 +148,7 @@ static void print_shim_stats(void)
            (unsigned long long)st.handbacks_sent, (unsigned long long)st.handback_starts,
            (unsigned long long)st.handback_lapses);
     printf("shim_burst_ends=%llu\n", (unsigned long long)st.burst_ends);
+    printf("shim_longest_work_us=%llu\n", (unsigned long long)st.longest_work_us);
 }
 
 static int run_launch(int n, uint64_t ns)
@@ -179,6 +183,26 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
             check(ctx_sync(), "cuCtxSynchronize");
     }
     check(ctx_sync(), "cuCtxSynchronize");
+    printf("launched=%ld\n", n);
+    print_shim_stats();
+    return 0;
+}
+
+static int run_fills(double seconds, uint64_t ns, size_t fill_bytes)
+{
+    CUdeviceptr fill;
+    check(mem_alloc(&fill, fill_bytes), "cuMemAlloc");
+    double end = now_s() + seconds;
+    long n = 0;
+    printf("ready=1\n");
+    fflush(stdout);
+    while (now_s() < end) {
+        check(cuMemsetD32Async(fill, 0, fill_bytes / 4, NULL), "cuMemsetD32Async");
+        check(launch_sleep(ns), "launch");
+        n++;
+        check(ctx_sync(), "cuCtxSynchronize");
+    }
+    check(mem_free(fill), "cuMemFree");
     printf("launched=%ld\n", n);
     print_shim_stats();
     return 0;
@@ -288,6 +312,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "loop") && argc >= 6) {
         setup(argv[2], 0);
         return run_loop(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
+    }
+    if (!strcmp(mode, "fills") && argc >= 6) {
+        setup(argv[2], 0);
+        return run_fills(atof(argv[3]), strtoull(argv[4], NULL, 10), (size_t)strtoull(argv[5], NULL, 10));
     }
     if (!strcmp(mode, "synced") && argc >= 6) {
         setup(argv[2], 0);
