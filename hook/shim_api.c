@@ -15,6 +15,11 @@
 #define GSLICE_VERSION "unknown"
 #endif
 
+_Static_assert(GSLICE_GATE_NO_TOKEN == GS_GATE_NO_TOKEN && GSLICE_GATE_ACQUIRING == GS_GATE_ACQUIRING &&
+                   GSLICE_GATE_HOLDING == GS_GATE_HOLDING && GSLICE_GATE_RELEASING == GS_GATE_RELEASING &&
+                   GSLICE_GATE_UNMETERED == GS_GATE_UNMETERED && GSLICE_GATE_LEASED == GS_GATE_LEASED,
+               "shim_api.h's gate states are token_gate.h's");
+
 GS_EXPORT const char *gslice_version(void) { return "gslice-shim " GSLICE_VERSION; }
 
 GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)

@@ -5,10 +5,21 @@
 
 #include <stdint.h>
 
+/* gslice_shim_stats.gate_state (the gate's enum gs_gate_state, token_gate.h;
+ * shim_api.c checks that they agree). */
+enum gslice_gate_state {
+    GSLICE_GATE_NO_TOKEN = 0,
+    GSLICE_GATE_ACQUIRING = 1,
+    GSLICE_GATE_HOLDING = 2,
+    GSLICE_GATE_RELEASING = 3,
+    GSLICE_GATE_UNMETERED = 4,
+    GSLICE_GATE_LEASED = 5
+};
+
 typedef struct gslice_shim_stats {
     int metered;                 /* GSLICE_GROUP set and not disabled */
     int slots;                   /* tokend connections */
-    int gate_state;              /* slot 0: enum gs_gate_state */
+    int gate_state;              /* slot 0: enum gslice_gate_state */
     int32_t checkpoint_interval; /* launches per checkpoint */
     uint32_t quantum_us;
     uint64_t tokens_acquired, tokens_released, idle_releases, revokes;

@@ -256,7 +256,7 @@ static int run_resume(uint64_t ns)
     check(ctx_sync(), "cuCtxSynchronize");
     gslice_shim_stats st;
     double deadline = now_s() + 10.0;
-    while (!stats || stats(&st) != 0 || st.gate_state != 5 /* GS_GATE_LEASED */) {
+    while (!stats || stats(&st) != 0 || st.gate_state != GSLICE_GATE_LEASED) {
         if (!stats || now_s() > deadline) {
             printf("error=no lease within 10 s\n");
             return 3;
