@@ -26,22 +26,28 @@ def capture_probe(tmp_path_factory, sim_lib_dir) -> Path:
     return out
 
 
-@pytest.mark.parametrize("mode,shim_build", [("global", "normal"), ("local", "normal"), ("relaxed", "normal"),
-                                             ("global", GATE_CUT)], indirect=["shim_build"])
-def test_capture_beside_a_busy_group_succeeds_and_replays_are_gated_and_charged(runner, tokend, capture_probe,
-                                                                                 mode, shim_build):
-    import gslice.simgpu as simgpu
-
+def capture_beside_a_busy_group(runner, tokend, capture_probe, *args) -> tuple[subprocess.CompletedProcess, dict]:
+    """capture_probe ARGS in group a while group b saturates the GPU
+    (both 50%); the probe's result and its key=value lines."""
     admin = tokend.admin()
     a = admin.create_group("a", request=0.5, limit=1.0, memory="1GiB")
     b = admin.create_group("b", request=0.5, limit=1.0, memory="1GiB")
     busy = runner.start("loop", "driver", 30, 200_000, 0, **group_env(tokend, "b", b.secret))
     wait_for_line(busy, "ready=", timeout=30)
     env = runner.env(**group_env(tokend, "a", a.secret))
-    result = subprocess.run([str(capture_probe), mode, str(LAUNCHES), str(KERNEL_NS), str(REPLAYS)], env=env,
-                            capture_output=True, text=True, timeout=120)
-    out = parse_kv(result.stdout)
+    result = subprocess.run([str(capture_probe), *map(str, args)], env=env, capture_output=True, text=True,
+                            timeout=120)
     busy.kill()
+    return result, parse_kv(result.stdout)
+
+
+@pytest.mark.parametrize("mode,shim_build", [("global", "normal"), ("local", "normal"), ("relaxed", "normal"),
+                                             ("global", GATE_CUT)], indirect=["shim_build"])
+def test_capture_beside_a_busy_group_succeeds_and_replays_are_gated_and_charged(runner, tokend, capture_probe,
+                                                                                 mode, shim_build):
+    import gslice.simgpu as simgpu
+
+    result, out = capture_beside_a_busy_group(runner, tokend, capture_probe, mode, LAUNCHES, KERNEL_NS, REPLAYS)
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert out["launch_rc"] == "0" and out["end_rc"] == "0"
     assert int(out["background_launches"]) > 0
@@ -63,16 +69,7 @@ def test_many_global_captures_beside_the_shims_own_calls_on_another_thread(runne
     """The shim's driver calls on an application thread (checkpoints,
     pacing waits) must not invalidate a GLOBAL capture that another thread
     begins at any moment, including between the shim's decision and its call."""
-    admin = tokend.admin()
-    a = admin.create_group("a", request=0.5, limit=1.0, memory="1GiB")
-    b = admin.create_group("b", request=0.5, limit=1.0, memory="1GiB")
-    busy = runner.start("loop", "driver", 30, 200_000, 0, **group_env(tokend, "b", b.secret))
-    wait_for_line(busy, "ready=", timeout=30)
-    env = runner.env(**group_env(tokend, "a", a.secret))
-    result = subprocess.run([str(capture_probe), "global", "4", str(KERNEL_NS), "1", "3000"], env=env,
-                            capture_output=True, text=True, timeout=120)
-    busy.kill()
-    out = parse_kv(result.stdout)
+    result, out = capture_beside_a_busy_group(runner, tokend, capture_probe, "global", 4, KERNEL_NS, 1, 3000)
     assert int(out["background_launches"]) > 0
     assert out["captures_failed"] == "0", (result.stdout, result.stderr)
     assert result.returncode == 0, (result.stdout, result.stderr)
