@@ -68,6 +68,7 @@ TEST_CUTS = {
     "lengths_with_the_ask": "GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK",  # a token is asked for before drained lengths are in
     "ring_at_lease_resume": "GSLICE_TEST_CUT_RING_AT_LEASE_RESUME",  # a lease resumes past a ring it heard idle
     "copy_work_keys": "GSLICE_TEST_CUT_COPY_WORK_KEYS",  # copies and fills share no length estimate of their own
+    "ring_read_at_launch": "GSLICE_TEST_CUT_RING_READ_AT_LAUNCH",  # only the listener thread acts on a ring
 }
 
 

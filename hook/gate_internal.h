@@ -72,7 +72,7 @@ void gs_gate_granted_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us);
 void gs_gate_after_grant_locked(gs_gate *g);
 
 /* gate_head_start.c */
-bool gs_gate_head_start_locked(gs_gate *g);               /* after a ring: start before the grant */
+bool gs_gate_head_start_locked(gs_gate *g, uint64_t entered_ns); /* after a ring: start before the grant */
 bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now);
 void gs_gate_keeper_ask_locked(gs_gate *g);               /* keeper: a provisional slice's or a waiter's ask */
 
@@ -91,6 +91,7 @@ void gs_gate_pause_unanswered_locked(gs_gate *g);
 void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why);
 bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns);
 void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why);
+void gs_gate_heed_ring_locked(gs_gate *g, uint64_t now, const char *why);
 
 /* kernel_lengths.c */
 bool gs_gate_newest_pending_locked(gs_gate *g);              /* checkpoint_mu held */
@@ -116,9 +117,10 @@ uint32_t gs_launch_gpu_time_add(gs_launch_gpu_time *t, double interval_us, uint3
  * checkpoint interval, shortened while another group wants the GPU). */
 int32_t gs_gate_batch_launches(gs_gate *g, int32_t interval);
 /* The bound's arithmetic, pure (see queue_bound.c). */
-uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately);
+uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately, uint32_t lag_margin_us);
 uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, bool contended,
-                                     bool preempted_lately);
+                                     bool preempted_lately, uint32_t lag_margin_us);
+uint32_t gs_submit_lag_add(gs_submit_lag *l, uint64_t lag_ns);
 int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended);
 uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted);
 

@@ -108,24 +108,35 @@ void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why)
     pthread_cond_broadcast(&g->changed);
 }
 
-/* The listener thread woke (preempt_doorbell.h). A new ring that stops
- * this slice: close the gate as a Revoke would, but keep the token;
- * tokend's Revoke (about 1 ms behind) ends the slice as usual. Each ring
- * once: a handback wakes the listener too. A handback to this group: it
- * may start before its grant (gate_handback.c). */
+/* A new ring that stops this slice (mu held): close the gate as a Revoke
+ * would, but keep the token; tokend's Revoke (about 1 ms behind) ends the
+ * slice as usual. Each ring once. The listener thread does this when the
+ * ring wakes it, and a launch of the holder's when it reaches the gate
+ * first: the listener's wake-up took 0.1 ms and more on a loaded machine,
+ * and a ringer wakes the listeners only once its own launch is queued. */
+void gs_gate_heed_ring_locked(gs_gate *g, uint64_t now, const char *why)
+{
+    uint64_t rang = gs_doorbell_last_ring_ns(&g->doorbell);
+    if (rang == g->ring_handled_ns)
+        return;
+    g->ring_handled_ns = rang;
+    if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, now))
+        gs_gate_doorbell_pause_locked(g, why);
+}
+
+/* The listener thread woke (preempt_doorbell.h): a ring (above), or a
+ * handback to this group: it may start before its grant (gate_handback.c). */
 static void on_doorbell(void *ctx)
 {
     gs_gate *g = ctx;
     pthread_mutex_lock(&g->mu);
-    uint64_t now = gs_gate_monotonic_ns(), rang = gs_doorbell_last_ring_ns(&g->doorbell);
-    if (rang != g->ring_handled_ns) {
-        g->ring_handled_ns = rang;
-        if (g->state == GS_GATE_HOLDING && gs_doorbell_ring_applies(&g->doorbell, now))
-            gs_gate_doorbell_pause_locked(g, "rang");
-    }
+    uint64_t now = gs_gate_monotonic_ns();
+    gs_gate_heed_ring_locked(g, now, "rang");
     gs_gate_handback_heard_locked(g, now);
     pthread_mutex_unlock(&g->mu);
 }
+
+void gs_gate_wake_listeners(gs_gate *g) { gs_doorbell_wake_listeners(&g->doorbell); }
 
 void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, uint32_t client, int priority)
 {

@@ -127,7 +127,7 @@ bool gs_doorbell_attach(gs_doorbell *d, const char *socket_path, uint32_t slot, 
     return true;
 }
 
-bool gs_doorbell_ring_if_preempting(gs_doorbell *d)
+bool gs_doorbell_ring_if_preempting(gs_doorbell *d, bool wake)
 {
     gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
     uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
@@ -141,9 +141,17 @@ bool gs_doorbell_ring_if_preempting(gs_doorbell *d)
                           memory_order_relaxed);
     atomic_store_explicit(&p->ring_ns, monotonic_ns(), memory_order_relaxed);
     atomic_fetch_add_explicit(&p->ring_seq, 1, memory_order_release);
-    futex_wake_all(&p->ring_seq);
+    if (wake)
+        futex_wake_all(&p->ring_seq);
     atomic_fetch_add_explicit(&d->rings_sent, 1, memory_order_relaxed);
     return true;
+}
+
+void gs_doorbell_wake_listeners(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    if (p)
+        futex_wake_all(&p->ring_seq);
 }
 
 /* The page and the last ring, when that ring came from another group within

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "gate_internal.h"
 
+#include <sys/prctl.h>
+
 #include "log.h"
 #include "real_driver.h"
 
@@ -73,12 +75,42 @@ uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted)
  * submission must reach the GPU before it runs dry (a launch and a
  * wake-up: GS_GATE_FEED_AHEAD_US, plus a quarter of a kernel for the
  * estimate's error), but everything queued is what a preemptor waits for,
- * so a process preempted lately keeps only GS_GATE_PREEMPTED_FEED_AHEAD_US. */
-uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately)
+ * so a process preempted lately keeps only what its measured submission
+ * lag needs (lag_margin_us, 0: none measured yet), within
+ * [GS_GATE_PREEMPTED_FEED_AHEAD_MIN_US, GS_GATE_PREEMPTED_FEED_AHEAD_US]. */
+uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately, uint32_t lag_margin_us)
 {
-    if (preempted_lately)
-        return GS_GATE_PREEMPTED_FEED_AHEAD_US * 1000ull;
+    if (preempted_lately) {
+        uint64_t us = lag_margin_us ? (uint64_t)lag_margin_us + GS_GATE_GPU_PICKUP_US : GS_GATE_PREEMPTED_FEED_AHEAD_US;
+        if (us < GS_GATE_PREEMPTED_FEED_AHEAD_MIN_US)
+            us = GS_GATE_PREEMPTED_FEED_AHEAD_MIN_US;
+        if (us > GS_GATE_PREEMPTED_FEED_AHEAD_US)
+            us = GS_GATE_PREEMPTED_FEED_AHEAD_US;
+        return us * 1000ull;
+    }
     return GS_GATE_FEED_AHEAD_US * 1000ull + kernel_ns / GS_GATE_FEED_AHEAD_FRACTION;
+}
+
+/* One paced submission's lag (from its deadline to its launch queued) into
+ * the smoothed mean (gain 1/8) and mean deviation (gain 1/4), RFC 6298's
+ * estimator for round trips; returns the margin that covers nearly every
+ * such lag, mean + 4 deviations, in us. A lag past 2 ms counts as 2 ms
+ * (the margin is capped far below that anyway). */
+uint32_t gs_submit_lag_add(gs_submit_lag *l, uint64_t lag_ns)
+{
+    uint32_t lag = lag_ns > 2000000ull ? 2000000u : (uint32_t)lag_ns;
+    if (l->samples == 0) {
+        l->mean_ns = lag;
+        l->dev_ns = lag / 2;
+    } else {
+        uint32_t error = lag > l->mean_ns ? lag - l->mean_ns : l->mean_ns - lag;
+        l->dev_ns = l->dev_ns - l->dev_ns / 4 + error / 4;
+        l->mean_ns = l->mean_ns - l->mean_ns / 8 + lag / 8;
+    }
+    if (l->samples < UINT32_MAX)
+        l->samples++;
+    uint32_t margin_us = (l->mean_ns + 4 * l->dev_ns + 999) / 1000;
+    return margin_us ? margin_us : 1;
 }
 
 /* When the next submission (a launch of kernel_ns, which opens a batch of
@@ -87,9 +119,9 @@ uint64_t gs_queue_bound_feed_ahead_ns(uint64_t kernel_ns, bool preempted_lately)
  * feed-ahead margin of its end. So what is queued past the gate, in GPU
  * time, stays under feed-ahead + one batch, whatever the kernels' length. */
 uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, bool contended,
-                                     bool preempted_lately)
+                                     bool preempted_lately, uint32_t lag_margin_us)
 {
-    uint64_t ahead = gs_queue_bound_feed_ahead_ns(kernel_ns, preempted_lately);
+    uint64_t ahead = gs_queue_bound_feed_ahead_ns(kernel_ns, preempted_lately, lag_margin_us);
     if (!contended || queued_end_ns <= now_ns + ahead)
         return now_ns;
     return queued_end_ns - ahead;
@@ -120,13 +152,36 @@ static bool queue_bounded(gs_gate *g)
     return gs_doorbell_queue_bounded(&g->doorbell) && !__atomic_load_n(&g->head_start, __ATOMIC_RELAXED);
 }
 
+/* Sleep until a pacing deadline with a fine timer slack (its lag is what
+ * the feed-ahead must cover), then put the application's back. */
+static void sleep_until_deadline(uint64_t deadline_ns)
+{
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    bool finer = slack > GS_GATE_PACING_TIMER_SLACK_NS &&
+                 prctl(PR_SET_TIMERSLACK, GS_GATE_PACING_TIMER_SLACK_NS, 0, 0, 0) == 0;
+    gs_gate_sleep_until_ns(deadline_ns);
+    if (finer)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+}
+
+void gs_gate_note_submit_lag(gs_gate *g, uint64_t paced_until_ns)
+{
+    uint64_t now_ns = gs_gate_monotonic_ns();
+    if (now_ns < paced_until_ns)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    uint32_t margin = gs_submit_lag_add(&g->submit_lag, now_ns - paced_until_ns);
+    pthread_mutex_unlock(&g->checkpoint_mu);
+    atomic_store_explicit(&g->submit_lag_margin_us, margin, memory_order_relaxed);
+}
+
 int32_t gs_gate_batch_launches(gs_gate *g, int32_t interval)
 {
     return gs_queue_bound_batch_launches(interval, atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed),
                                          queue_bounded(g));
 }
 
-void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
+uint64_t gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
 {
     /* This kernel's or graph's own length when known: a process mixing
      * short kernels and long graphs must not start a long one that does not
@@ -161,7 +216,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
     }
 #endif
     if (!kernel_us || (!long_kernel && !contended) || !gs_cu.cuEventQuery)
-        return;
+        return 0;
     uint64_t kernel_ns = (uint64_t)kernel_us * 1000ull;
     pthread_mutex_lock(&g->checkpoint_mu);
     bool pending = gs_gate_newest_pending_locked(g);
@@ -174,7 +229,7 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
         pthread_mutex_lock(&g->mu);
         if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
             pthread_mutex_unlock(&g->mu);
-            return;   /* gs_gate_enter waits for the ring, the window's end or the bound */
+            return 0;   /* gs_gate_enter waits for the ring, the window's end or the bound */
         }
         /* Wrap-up: this kernel would end well past the slice's quantum. */
         if (g->state == GS_GATE_HOLDING && !g->revoke_pending && !g->wrap_up) {
@@ -199,23 +254,27 @@ void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
         pthread_mutex_lock(&g->mu);
         if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
             pthread_mutex_unlock(&g->mu);
-            return;
+            return 0;
         }
         pthread_mutex_unlock(&g->mu);
     }
     if (!pending)
-        return;
+        return 0;
     /* Pace: submit when the queued work is within the feed-ahead margin of
      * its end, so the GPU stays fed and a closing gate leaves about one
      * batch (one kernel, when long) queued. */
-    uint64_t submit_at = gs_queue_bound_submit_at_ns(now, queued_end, kernel_ns, contended, recently_preempted(g, now));
-    if (submit_at > now) {
+    uint64_t submit_at = gs_queue_bound_submit_at_ns(now, queued_end, kernel_ns, contended, recently_preempted(g, now),
+                                                     atomic_load_explicit(&g->submit_lag_margin_us,
+                                                                          memory_order_relaxed));
+    bool paced = submit_at > now;
+    if (paced) {
         /* Waiting for its own GPU work: busy, not idle (the keeper must not
          * end the slice as idle under a paced launch). */
         atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->n_paced_launches, 1, memory_order_relaxed);
-        gs_gate_sleep_until_ns(submit_at);
+        sleep_until_deadline(submit_at);
         atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
     }
     gs_gate_note_fed(g);
+    return paced ? submit_at : 0;
 }

@@ -75,6 +75,9 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
 {
     t->gate = NULL;
     t->wake_keeper = false;
+    t->wake_listeners = false;
+    t->waited = false;
+    t->paced_until_ns = 0;
     t->work = work;
     t->checkpoint = false;
     t->launches = 0;
@@ -104,7 +107,7 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
      * would not fit, then pass the gate (see token_gate.h). */
     if (same_slice) {
         int mode = gs_capture_relax();   /* its event waits must not break another thread's capture */
-        gs_gate_checkpoint_before_launch(g, work);
+        t->paced_until_ns = gs_gate_checkpoint_before_launch(g, work);
         gs_capture_restore(mode);
     }
     gs_gate_enter(g, ctx, t);
@@ -124,13 +127,18 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
 
 void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
 {
+    /* First: the launch is queued, the holder must stop and tokend hear of it. */
+    if (t->wake_listeners)
+        gs_gate_wake_listeners(t->gate);
+    if (t->wake_keeper)
+        gs_gate_wake_keeper(t->gate);
+    if (t->gate && t->paced_until_ns && !t->waited && rc == CUDA_SUCCESS)
+        gs_gate_note_submit_lag(t->gate, t->paced_until_ns);
     if (t->gate && t->checkpoint && rc == CUDA_SUCCESS) {
         int mode = gs_capture_relax();
         gs_gate_checkpoint(t->gate, stream, ptsz, t->launches, t->launches == 1 ? t->work : NULL);
         gs_capture_restore(mode);
     }
-    if (t->wake_keeper)
-        gs_gate_wake_keeper(t->gate);
 }
 
 gs_slot *gs_shim_slot_for_allocation(CUcontext *ctx)

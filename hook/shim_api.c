@@ -63,6 +63,7 @@ GS_EXPORT int gslice_shim_stats_get(gslice_shim_stats *out)
     out->wrap_ups = g.wrap_ups;
     out->launch_gpu_us = g.launch_gpu_us;
     out->longest_work_us = g.longest_work_us;
+    out->submit_lag_margin_us = g.submit_lag_margin_us;
     gs_ledger_stats l;
     gs_ledger_get_stats(&s->ledger, &l);
     out->memory_held = l.held;
@@ -89,9 +90,17 @@ GS_EXPORT const char *gslice_intercept_name(int i)
 }
 
 GS_EXPORT uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns,
-                                                   int contended, int preempted_lately)
+                                                   int contended, int preempted_lately, uint32_t lag_margin_us)
 {
-    return gs_queue_bound_submit_at_ns(now_ns, queued_end_ns, kernel_ns, contended != 0, preempted_lately != 0);
+    return gs_queue_bound_submit_at_ns(now_ns, queued_end_ns, kernel_ns, contended != 0, preempted_lately != 0,
+                                       lag_margin_us);
+}
+
+GS_EXPORT void gslice_submit_lag_series(const uint64_t *lags_ns, int n, uint32_t *margins_us)
+{
+    gs_submit_lag l = {0, 0, 0};
+    for (int i = 0; i < n; i++)
+        margins_us[i] = gs_submit_lag_add(&l, lags_ns[i]);
 }
 
 GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended)

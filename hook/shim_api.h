@@ -41,6 +41,7 @@ typedef struct gslice_shim_stats {
     uint64_t renewals, wrap_ups;   /* slices renewed without a pause; launches that waited for one */
     uint64_t launch_gpu_us;        /* GPU time per launch the gate measured (0: unknown) */
     uint64_t longest_work_us;      /* its longest per-kernel / per-graph estimate */
+    uint64_t submit_lag_margin_us; /* paced submissions' lag, mean + 4 deviations (0: none measured) */
 } gslice_shim_stats;
 
 const char *gslice_version(void);
@@ -52,7 +53,9 @@ uint64_t gslice_ledger_lookup_ptr(uint64_t dptr);
  * when the next submission of a kernel_ns kernel may go, with the queued
  * work ending at queued_end_ns, and how many launches a batch holds. */
 uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, uint64_t kernel_ns, int contended,
-                                         int preempted_lately);
+                                         int preempted_lately, uint32_t lag_margin_us);
+/* The paced submissions' lag margin after each of lags_ns[0..n) (us). */
+void gslice_submit_lag_series(const uint64_t *lags_ns, int n, uint32_t *margins_us);
 int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
 /* The gate's GPU time per launch (hook/kernel_lengths.c), pure: fed the
  * contiguous intervals interval_us[i] over launches[i] launches, in order;

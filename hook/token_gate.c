@@ -171,8 +171,20 @@ void gs_gate_after_grant_locked(gs_gate *g)
     after_slice_start_locked(g, "rang just before this grant");
 }
 
-/* This thread becomes the one that asks tokend; mu held on entry and exit. */
-static void acquire_locked(gs_gate *g)
+/* Wake-ups a launch put off until it is queued (gs_launch_end): due now,
+ * before this thread waits on the gate (mu held). */
+static void wake_now_locked(gs_gate *g, gs_launch_ticket *t)
+{
+    if (t->wake_listeners)
+        gs_doorbell_wake_listeners(&g->doorbell);
+    if (t->wake_keeper)
+        pthread_cond_signal(&g->keeper_wake);
+    t->wake_listeners = t->wake_keeper = false;
+}
+
+/* This thread becomes the one that asks tokend; mu held on entry and exit.
+ * entered: when its launch came to the gate. */
+static void acquire_locked(gs_gate *g, gs_launch_ticket *t, uint64_t entered_ns)
 {
     g->state = GS_GATE_ACQUIRING;
     gs_gate_ensure_keeper_locked(g);
@@ -189,11 +201,17 @@ static void acquire_locked(gs_gate *g)
     /* A higher class than the holder: tell it to stop submitting now, not
      * when tokend's Revoke reaches it (preempt_doorbell.h). */
     pthread_mutex_lock(&g->mu);
-    bool rang = g->state == GS_GATE_ACQUIRING && gs_doorbell_ring_if_preempting(&g->doorbell);
+    bool rang = g->state == GS_GATE_ACQUIRING && gs_doorbell_ring_if_preempting(&g->doorbell, false);
     /* Rang: tokend grants this ask at once (its flag says so); start now,
-     * the keeper carries the ask (gate_head_start.c). */
-    if (rang && gs_gate_head_start_locked(g))
+     * the keeper carries the ask (gate_head_start.c). The listeners and the
+     * keeper are woken once the launch is queued: each wake-up may hand
+     * this CPU to the woken thread first. */
+    if (rang && gs_gate_head_start_locked(g, entered_ns)) {
+        t->wake_listeners = t->wake_keeper = true;
         return;
+    }
+    if (rang)
+        gs_doorbell_wake_listeners(&g->doorbell);
     /* Another holds the token: the keeper asks, so that the holder's
      * handback can start this process before the grant (gate_handback.c). */
     if (!rang && g->state == GS_GATE_ACQUIRING && gs_gate_ask_via_keeper_locked(g))
@@ -241,12 +259,20 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
 #endif
     atomic_fetch_add_explicit(&g->n_slow, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
-    gs_gate_note_idle_gap_locked(g, gs_gate_monotonic_ns());
+    uint64_t entered_ns = gs_gate_monotonic_ns();
+    gs_gate_note_idle_gap_locked(g, entered_ns);
     for (;;) {
+#ifndef GSLICE_TEST_CUT_RING_READ_AT_LAUNCH   /* test-only build (hook/build.py TEST_CUTS) */
+        /* A ring the listener has not acted on yet stops this launch too. */
+        if (g->state == GS_GATE_HOLDING && !g->doorbell_pause_until_ns && !g->revoke_pending)
+            gs_gate_heed_ring_locked(g, gs_gate_monotonic_ns(), "rang (read at a launch)");
+#endif
         if (g->state == GS_GATE_HOLDING && g->doorbell_pause_until_ns && !g->revoke_pending) {
             if (gs_gate_monotonic_ns() < g->doorbell_pause_until_ns) {
                 /* A thread held back by a pause is busy, not idle: the keeper
                  * must not end the slice as idle under it. */
+                wake_now_locked(g, t);
+                t->waited = true;
                 atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 gs_gate_wait_until_ns(&g->changed, &g->mu, g->doorbell_pause_until_ns);
                 atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
@@ -259,6 +285,8 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
              * work ends (gate_handback.c): until then both would share the GPU. */
             uint64_t now = gs_gate_monotonic_ns();
             if (now < g->grant_ns) {
+                wake_now_locked(g, t);
+                t->waited = true;
                 atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 gs_gate_wait_until_ns(&g->changed, &g->mu, g->grant_ns);
                 atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
@@ -290,13 +318,18 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
 #endif
             continue;
         }
-        if (g->state == GS_GATE_NO_TOKEN && !g->stopping)
-            acquire_locked(g);
+        if (g->state == GS_GATE_NO_TOKEN && !g->stopping) {
+            t->waited = true;
+            acquire_locked(g, t, entered_ns);
+        }
         else if (g->stopping) {
             /* Process exit: let remaining launches through. */
             break;
-        } else
+        } else {
+            wake_now_locked(g, t);
+            t->waited = true;
             pthread_cond_wait(&g->changed, &g->mu);
+        }
     }
     atomic_store_explicit(&g->activity, 1, memory_order_relaxed);
     int32_t interval = gs_gate_batch_launches(g, atomic_load_explicit(&g->interval, memory_order_relaxed));
@@ -435,6 +468,7 @@ void gs_gate_get_stats(gs_gate *g, gs_gate_stats *out)
     out->handback_lapses = atomic_load(&g->n_handback_lapses);
     out->burst_ends = atomic_load(&g->n_burst_ends);
     out->launch_gpu_us = atomic_load(&g->launch_gpu_us);
+    out->submit_lag_margin_us = atomic_load(&g->submit_lag_margin_us);
     out->longest_work_us = atomic_load(&g->longest_work_us);
     out->interval = atomic_load(&g->interval);
     pthread_mutex_lock(&g->mu);

@@ -86,6 +86,19 @@ struct gs_rpc;
  * in this margin) ahead of its work, not the running one and the next. */
 #define GS_GATE_PREEMPTED_FEED_AHEAD_US 150
 #define GS_GATE_PREEMPTION_MEMORY_NS 10000000000ull
+/* ... or less, once its paced submissions' lag is measured (from the
+ * pacing deadline to the launch queued: the wake-up and the launch call):
+ * that lag's mean plus four deviations (as TCP sizes a retransmission
+ * timeout from round trips) plus the GPU's pickup, at least ..._MIN_US.
+ * What a preemptor finds queued is the running kernel plus, in the last
+ * feed-ahead of it, the next: on an H200 beside 4096 matmuls, bursts that
+ * found two neighbour units queued took 2.49 ms at the median, one 2.26,
+ * none 1.88. */
+#define GS_GATE_PREEMPTED_FEED_AHEAD_MIN_US 30
+#define GS_GATE_GPU_PICKUP_US 10
+/* A pacing sleep's timer slack: the default 50 us would make most
+ * wake-ups late by about that much (the application's is put back after). */
+#define GS_GATE_PACING_TIMER_SLACK_NS 1000
 /* ... and releases a slice handed to another holder this long before its
  * last kernel ends (1 ms otherwise: token_gate.c, HANDOFF_LEAD_NS). */
 #define GS_GATE_PREEMPTED_HANDOFF_LEAD_US 300
@@ -175,6 +188,10 @@ typedef struct gs_launch_gpu_time {
     double gpu_us;
     double launches;
 } gs_launch_gpu_time;
+/* Paced submissions' lag (queue_bound.c): smoothed mean and mean deviation. */
+typedef struct gs_submit_lag {
+    uint32_t mean_ns, dev_ns, samples;
+} gs_submit_lag;
 
 typedef struct gs_gate_stats {
     uint64_t tokens_acquired;
@@ -203,6 +220,7 @@ typedef struct gs_gate_stats {
     uint64_t handback_lapses;      /* ... whose grant did not come within the provisional bound */
     uint64_t burst_ends;           /* idle releases found at the application's own synchronisation */
     uint64_t paced_launches;       /* launches held back until its queued work neared its end */
+    uint32_t submit_lag_margin_us; /* paced submissions' lag: mean + 4 deviations (0: none measured) */
     uint32_t launch_gpu_us;        /* GPU time per launch, as measured (0: unknown) */
     uint32_t longest_work_us;      /* the longest per-kernel / per-graph estimate */
     int32_t interval;
@@ -273,6 +291,8 @@ typedef struct gs_gate {
     _Atomic uint32_t launch_gpu_us;   /* measured GPU time per launch, slow path only */
     bool launch_gpu_from_timed;       /* ... so far only from launches timed alone (checkpoint_mu) */
     gs_launch_gpu_time launch_gpu_time; /* what launch_gpu_us is read from (checkpoint_mu) */
+    gs_submit_lag submit_lag;         /* paced submissions' lag (checkpoint_mu) */
+    _Atomic uint32_t submit_lag_margin_us; /* ... its margin, read by pacing (0: none measured) */
     _Atomic uint32_t gpu_waiters;     /* threads waiting in a checkpoint for this process's work, or out a pause */
     gs_checkpoint checkpoints[GS_GATE_CHECKPOINTS];
     int queue[GS_GATE_CHECKPOINTS];
@@ -327,7 +347,10 @@ typedef struct gs_launch_ticket {
     bool checkpoint;     /* record a checkpoint after the launch */
     uint32_t launches;   /* launches the checkpoint closes */
     const void *work;    /* CUfunction / CUgraphExec launched (NULL: a copy or fill) */
-    bool wake_keeper;    /* a lease resumed: wake the keeper once the launch is queued */
+    bool wake_keeper;    /* a lease resumed, a head start: wake the keeper once the launch is queued */
+    bool wake_listeners; /* a head start rang: wake the doorbell's listeners once the launch is queued */
+    bool waited;         /* the launch waited at the gate (a pause, a grant): not a pacing lag */
+    uint64_t paced_until_ns; /* the pacing deadline it slept until (0: not paced) */
 } gs_launch_ticket;
 
 void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
@@ -336,16 +359,22 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
  * context (remembered for the end-of-slice synchronise). */
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
 /* After the launch of a ticket with wake_keeper (successful or not): the
- * keeper starts watching the slice resumed on a lease. Deferred until the
- * launch is queued so that its wake-up does not compete with the GPU's for
- * a CPU (on a 2-core machine it delayed a burst's first kernel). */
+ * keeper starts watching the slice resumed on a lease, or carries a head
+ * start's ask. Deferred until the launch is queued so that its wake-up
+ * does not compete with the GPU's for a CPU (on a 2-core machine it
+ * delayed a burst's first kernel). */
 void gs_gate_wake_keeper(gs_gate *g);
+/* After the launch of a ticket with wake_listeners: the head start's ring
+ * reaches the listeners (the holder's launches read it on the page before). */
+void gs_gate_wake_listeners(gs_gate *g);
 /* After a successful launch whose countdown ran out. */
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work);
 /* Before a checkpointed launch of `work` (NULL: unknown): with long kernels,
  * pace the submission (see above) and wrap the slice up when the kernel or
  * graph would not fit in it (its own estimate, else the process's). */
-void gs_gate_checkpoint_before_launch(gs_gate *g, const void *work);
+uint64_t gs_gate_checkpoint_before_launch(gs_gate *g, const void *work);
+/* A paced launch was just queued: its lag from the pacing deadline. */
+void gs_gate_note_submit_lag(gs_gate *g, uint64_t paced_until_ns);
 /* The work key of a device-side copy or fill of `bytes` (kind: GS_WORK_COPY
  * or GS_WORK_FILL), as a launch's CUfunction is a kernel's: its own length
  * estimate, apart from the kernels' (a PyTorch GEMM's 7 us fill is not

@@ -65,6 +65,13 @@ def test_latency_trace_records_every_series_with_the_gates_counters_and_the_gpu_
     assert len(around["queued_at_start"]) == len(around["launched_during"]) == 20
     assert sum(around["launched_during"]) + sum(around["queued_at_start"]) > 0   # a neighbour ran beside them
     assert series["gslice"]["neighbour_units"] is None
+    # When each traced burst's head start rang, read from its shim's log
+    # against its start: most bursts ring (some resume a lease or start at a
+    # handback), after their start, and the gate's part is within the whole.
+    rings = traced["rings"]
+    assert 10 <= rings["bursts"] <= 20, rings
+    assert 0 < rings["start_to_ring_us"]["p10"] <= rings["start_to_ring_us"]["max"] < 5000, rings
+    assert 0 < rings["in_gate_us"]["p50"] <= rings["start_to_ring_us"]["p50"], rings
     with tarfile.open(tmp_path / "latency_trace_driver_logs.tar.gz") as tar:
         names = tar.getnames()
         assert "worker-neighbour-traced.log" in names

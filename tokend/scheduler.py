@@ -665,16 +665,21 @@ class Scheduler:
         client = self._client(client_id)
         now = self._clock(now)
         group = client.group
+        # Time first: a holder past its deadline expires now (and a waiter
+        # may be granted), so "free" is judged as of now.
+        out = self._step(now, [])
         if not self.config.lease_at_start or self._holding is not None or self._waiting_groups or group.capped:
-            return self._step(now, [])
+            return out
         usage = self._usage(group, now)
         if self._capped_out(group, usage, now) or self._in_debt(group, usage, now):
-            return self._step(now, [])
+            return out
         group.vtime = self._vtime(group, now)
         holding = self._hold(client, usage, now)
         holding.leased = True
         holding.deadline = math.inf
-        return self._step(now, [Grant(client_id, holding.token_id, holding.quantum)])
+        out.append(Grant(client_id, holding.token_id, holding.quantum))
+        self.decisions += 1
+        return out
 
     def cancel(self, client_id: str, now: float) -> list[Decision]:
         client = self._client(client_id)
@@ -1181,13 +1186,16 @@ class Scheduler:
                     # The reason reaches the lessee: the group, never the waiting client's id.
                     waiter_group = best[0]
                     reason = f"lease taken back: a client of group {waiter_group.name!r} waits"
-                    if waiter_group.priority > holding.client.group.priority and self.config.preempt_handover:
-                        # A preemption, like one of a slice: the waiter is granted now.
+                    # A preemption by the rule a slice's follows (and `preemptors`
+                    # publishes): a strictly higher class in a tier no worse.
+                    outranks = self._outranks(waiter_group, best[2][0], holding.client.group,
+                                              self._holder_key_tier(now, holding))
+                    if outranks and self.config.preempt_handover:
+                        # The waiter is granted now.
                         self.preemptions[holding.client.group.name] += 1
                         self._hand_over(now, holding, out, reason)
                     else:
-                        self._revoke(now, holding, out, reason,
-                                     lease_reclaim=waiter_group.priority <= holding.client.group.priority)
+                        self._revoke(now, holding, out, reason, lease_reclaim=not outranks)
             elif not holding.revoked and self._preempting_priority(holding):
                 self._maybe_revoke(now, holding, out)
         self.decisions += len(out)

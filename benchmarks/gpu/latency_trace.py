@@ -33,8 +33,10 @@ Runs from the gpu-check bundle on the GPU machine
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -53,6 +55,7 @@ from sec_latency import SHAPES  # noqa: E402
 SERIES = ("alone_bare", "bare_beside", "gslice", "gslice_jitter", "gslice_traced")
 # Counters read as they stand at the series' end; the rest as its change.
 LEVELS = ("metered", "slots", "gate_state", "checkpoint_interval", "quantum_us", "launch_gpu_us", "longest_work_us",
+          "submit_lag_margin_us",
           "memory_held", "memory_pending_release", "tracked_allocations")
 
 
@@ -84,6 +87,27 @@ def neighbour_around_bursts(starts: list[float], latencies_ms: list[float], unit
             "summary": {"queued_at_start": percentiles(ahead), "queued_ends_after_ms": percentiles(drain),
                         "launched_during": percentiles(fed),
                         "latency_ms_by_queued_at_start": {str(k): percentiles(v) for k, v in sorted(by_ahead.items())}}}
+
+
+_HEAD_START = re.compile(r"gslice\[\d+\]: debug (\d+\.\d+): head start: launching at the ring, ([\d.]+) us after")
+
+
+def rings_after_starts(starts: list[float], log_text: str) -> dict:
+    """Per burst, from the traced burst's shim log: when its head start rang
+    (the line's CLOCK_MONOTONIC stamp) after the burst began (the
+    application's time.monotonic()), and how much of that the launch spent
+    in the gate; the rest is the application's own time to its first launch
+    (a neighbour keeps feeding the GPU until the ring). Bursts with no head
+    start within 5 ms (a lease, a handback start) are left out."""
+    rings = [(float(m.group(1)), float(m.group(2))) for m in _HEAD_START.finditer(log_text)]
+    stamps = [t for t, _ in rings]
+    to_ring, in_gate = [], []
+    for start in starts:
+        i = bisect.bisect_left(stamps, start)
+        if i < len(rings) and rings[i][0] - start < 0.005:
+            to_ring.append(round((rings[i][0] - start) * 1e6, 1))
+            in_gate.append(rings[i][1])
+    return {"start_to_ring_us": percentiles(to_ring), "in_gate_us": percentiles(in_gate), "bursts": len(to_ring)}
 
 
 def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path) -> None:
@@ -144,6 +168,12 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
                           f"p90 {p['p90']:.2f} p99 {p['p99']:.2f} max {p['max']:.2f} ms"
                           + (f"; neighbour {stopped['iterations'] / stopped['seconds']:.0f} it/s" if stopped else ""),
                           flush=True)
+                    if traced:
+                        rang = rings_after_starts(reply["starts_monotonic"], workers[burster].log_path.read_text())
+                        shape["series"][series]["rings"] = rang
+                        print(f"    head start rang {_p(rang['start_to_ring_us'], '.0f')} us (p50/p90/p99) after the "
+                              f"burst began, {_p(rang['in_gate_us'], '.1f')} us of it in the gate "
+                              f"({rang['bursts']} bursts)", flush=True)
                     if units is not None:
                         around = neighbour_around_bursts(reply["starts_monotonic"], lat, units)
                         shape["series"][series]["neighbour_around_bursts"] = around
@@ -161,7 +191,8 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
                                   f"longest {st['longest_work_us']} us; checkpoints {st['checkpoints']}, slow "
                                   f"{st['slow_entries']}, paced {st['paced_launches']}, doorbell pauses "
                                   f"{st['doorbell_pauses']}, anticipation {st['anticipation_pauses']}, "
-                                  f"lease resumes {st['lease_resumes']}, idle releases {st['idle_releases']}",
+                                  f"lease resumes {st['lease_resumes']}, idle releases {st['idle_releases']}, "
+                                  f"submit lag margin {st.get('submit_lag_margin_us', '?')} us",
                                   flush=True)
                 report["shapes"][name] = shape
                 result.write_text(json.dumps(report))

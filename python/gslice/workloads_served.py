@@ -283,7 +283,7 @@ SHIM_STATS_FIELDS = ("tokens_acquired", "tokens_released", "idle_releases", "rev
                      "tracked_allocations", "reservations", "refusals", "release_flushes", "bytes_released",
                      "head_starts", "head_start_refusals", "paced_launches", "handbacks_sent",
                      "handback_starts", "handback_lapses", "burst_ends", "renewals", "wrap_ups", "launch_gpu_us",
-                     "longest_work_us")
+                     "longest_work_us", "submit_lag_margin_us")
 
 
 class _ShimStats(ctypes.Structure):

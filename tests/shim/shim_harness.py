@@ -46,6 +46,7 @@ UNMEASURED_CUT = "unmeasured_one_at_a_time"   # a process's first launches queue
 LENGTHS_CUT = "lengths_with_the_ask"          # a token is asked for before drained lengths are in
 RING_AT_LEASE_CUT = "ring_at_lease_resume"    # a lease resumes past a ring it heard while idle
 COPY_KEYS_CUT = "copy_work_keys"              # copies and fills have no length estimate of their own
+RING_READ_CUT = "ring_read_at_launch"         # only the listener thread acts on a ring
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:

@@ -12,12 +12,14 @@ import time
 
 import pytest
 
-from shim_harness import RING_AT_LEASE_CUT, group_env, parse_kv, wait_for_line
+from shim_harness import RING_AT_LEASE_CUT, RING_READ_CUT, group_env, parse_kv, wait_for_line
 from gslice.tokend import preempt_doorbell
 
 MS = 1_000_000  # ns
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAKE = 1
+# A ring's pause, whether the listener or a launch read the ring first.
+RING_PAUSED = re.compile(r"token (\d+): preemption doorbell rang(?: \(read at a launch\))?, submissions paused")
 
 
 def _groups(tokend):
@@ -53,7 +55,7 @@ def test_a_higher_class_stops_the_holder_before_its_revoke(runner, tokend):
     assert int(stats["shim_doorbell_pauses"]) >= 1, err_text
     # The pause came before the Revoke of the same token: the holder had
     # stopped submitting by the time tokend's Revoke reached it.
-    paused = {int(t) for t in re.findall(r"token (\d+): preemption doorbell rang, submissions paused", err_text)}
+    paused = {int(t) for t in RING_PAUSED.findall(err_text)}
     revoked = re.findall(r"token (\d+) revoked by tokend", err_text)
     assert paused & {int(t) for t in revoked}, err_text
     for token in paused & {int(t) for t in revoked}:
@@ -121,18 +123,21 @@ def test_no_head_start_when_tokend_hands_over_at_release(runner, tmp_path, sim_l
     assert head_starts == 0
 
 
-def _bump_and_wake(page) -> None:
+def _bump_and_wake(page, wake: bool = True) -> None:
     """What a shim does after writing a ring or a handback: bump ring_seq
-    and wake every listener waiting on it."""
+    and wake every listener waiting on it (a head start's ring wakes them
+    only once its launch is queued: wake=False is a ring before that)."""
     seq = struct.unpack_from("<I", page, 16)[0]
     struct.pack_into("<I", page, 16, (seq + 1) & 0xFFFFFFFF)
+    if not wake:
+        return
     address = ctypes.addressof(ctypes.c_char.from_buffer(page, 16))
     ctypes.CDLL(None, use_errno=True).syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, 1 << 30,
                                               None, None, 0)
     del address
 
 
-def _ring_as(page_path, slot: int, priority: int) -> None:
+def _ring_as(page_path, slot: int, priority: int, wake: bool = True) -> None:
     """Ring the way a shim does: slot + 1, class, time, then bump and wake."""
     with open(page_path, "r+b") as f:
         import mmap
@@ -140,8 +145,37 @@ def _ring_as(page_path, slot: int, priority: int) -> None:
         struct.pack_into("<I", page, 20, slot)
         struct.pack_into("<I", page, 36, priority)
         struct.pack_into("<Q", page, 24, time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        _bump_and_wake(page)
+        _bump_and_wake(page, wake)
         page.close()
+
+
+@pytest.mark.parametrize("shim_build", ["normal", RING_READ_CUT], indirect=True)
+def test_the_holders_next_launch_heeds_a_ring_its_listener_has_not_heard(runner, tokend, shim_build):
+    """A head start wakes the listeners only once its own launch is queued
+    (each wake-up cost that launch 40 us at the median, 110 at p90, on this
+    2-core machine), and a listener may wake late on a loaded one; the
+    holder's launches read the ring on the page meanwhile. Here rings are
+    forged without any wake-up (no Revoke follows either): every one still
+    pauses the holder, at its next launch."""
+    admin, low, high = _groups(tokend)
+    idle_high = tokend.shim_client("high", high.secret)   # attached, so its group is flagged; never asks
+    slot = idle_high.attach_reply.doorbell_slot
+    assert slot != 0
+    holder = _holder_loop(runner, tokend, low, 1.5, kernel_ns=MS)
+    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
+    rings = 0
+    for _ in range(4):   # 250 ms apart: past each unanswered pause's quiet period (100 ms)
+        time.sleep(0.25)
+        _ring_as(page_path, slot, priority=2, wake=False)
+        rings += 1
+    out_text, err_text = holder.communicate(timeout=30)
+    assert holder.returncode == 0, err_text
+    stats = parse_kv(out_text)
+    assert int(stats["shim_revokes"]) == 0
+    assert int(stats["launched"]) > 0
+    with shim_build.expect_feature():
+        assert int(stats["shim_doorbell_pauses"]) == rings, err_text[-3000:]
+        assert err_text.count("rang (read at a launch)") == rings
 
 
 @pytest.mark.timing
@@ -185,12 +219,16 @@ def test_a_ring_heard_while_the_lease_was_idle_pauses_the_lease_s_resume(runner,
     Revoke arrives must not feed the GPU in front of the ringer. On an H100
     a low-priority neighbour did, in 107 of 300 bursts beside 8192 matmuls
     (benchmarks/gpu/latency_trace.py, 2026-11-27). Here the ring is forged
-    (no Revoke follows), so the pause runs to its bound."""
+    (no Revoke follows), so the pause runs to its bound. The pause must be
+    the resume's own: a resume that comes before the listener has heard
+    the ring is also stopped by its launch reading the page (the test
+    above), and which comes first is a race."""
     admin, low, high = _groups(tokend)
     idle_high = tokend.shim_client("high", high.secret)   # attached, so its group is flagged; never asks
     slot = idle_high.attach_reply.doorbell_slot
     assert slot != 0
-    lessee = runner.start("resume", "driver", MS // 2, stdin=True, **group_env(tokend, "low", low.secret))
+    lessee = runner.start("resume", "driver", MS // 2, stdin=True,
+                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
     wait_for_line(lessee, "leased=1")
     _ring_as(tokend.client_socket.parent / preempt_doorbell.FILE_NAME, slot, priority=3)
     lessee.stdin.write("go\n")
@@ -203,6 +241,7 @@ def test_a_ring_heard_while_the_lease_was_idle_pauses_the_lease_s_resume(runner,
         assert int(stats["shim_doorbell_pauses"]) == 1, out_text
         # The resuming launch waited out the pause (3 ms, GS_GATE_DOORBELL_PAUSE_NS: no Revoke came).
         assert int(stats["resume_launch_us"]) >= 2000, out_text
+        assert "preemption doorbell rang while the lease was kept" in err_text, err_text[-2000:]
     assert int(stats["shim_revokes"]) == 0
 
 
@@ -231,6 +270,9 @@ def test_a_periodic_higher_class_is_anticipated_by_the_holder(runner, tokend, ke
     the same token."""
     stats, err_text = _periodic_high_beside_low_holder(runner, tokend, kernel_ns)
     assert int(stats["shim_anticipation_pauses"]) >= 1, err_text
+    # The holder measured its paced submissions' lag: what it feeds ahead
+    # by once preempted (hook/queue_bound.c).
+    assert int(stats["shim_paced_launches"]) > 0 and int(stats["shim_submit_lag_margin_us"]) > 0, stats
     # A slice renewed during the pause keeps it under its new token id.
     renewed = {int(a): int(b) for a, b in re.findall(r"token (\d+) renewed as (\d+)", err_text)}
     anticipated = {}
@@ -326,7 +368,7 @@ def test_a_revoke_slower_than_the_pause_still_answers_its_ring(runner, tokend):
     out_text, err_text = holder.communicate(timeout=30)
     high_client.close()
     assert holder.returncode == 0, err_text
-    paused = re.findall(r"token (\d+): preemption doorbell rang, submissions paused", err_text)
+    paused = RING_PAUSED.findall(err_text)
     assert len(paused) >= 2, err_text[-3000:]
 
 

@@ -20,6 +20,7 @@ from shim_harness import COPY_KEYS_CUT, group_env
 US = 1_000
 # hook/token_gate.h
 FEED_AHEAD_US, PREEMPTED_FEED_AHEAD_US, FEED_AHEAD_FRACTION = 300, 150, 4
+PREEMPTED_FEED_AHEAD_MIN_US, GPU_PICKUP_US = 30, 10
 CONTENDED_BATCH_US = 100
 LONG_KERNEL_US = 500
 
@@ -35,7 +36,7 @@ def test_a_contended_submission_waits_until_the_queue_is_within_the_feed_ahead(a
     ahead = PREEMPTED_FEED_AHEAD_US * US if preempted else FEED_AHEAD_US * US + kernel_us * US // FEED_AHEAD_FRACTION
     now = 10_000_000
     for queued_us in (0, 50, 150, 400, 2000, 40_000):
-        submit_at = api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, kernel_us * US, 1, preempted)
+        submit_at = api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, kernel_us * US, 1, preempted, 0)
         # Never earlier than now; never later than needed to keep the GPU fed.
         assert submit_at == max(now, now + queued_us * US - ahead)
         # So what the queue holds once it is submitted: at most the margin and the kernel.
@@ -45,8 +46,47 @@ def test_a_contended_submission_waits_until_the_queue_is_within_the_feed_ahead(a
 def test_a_lone_tenant_is_never_held_back(api):
     now = 10_000_000
     for queued_us in (0, 400, 40_000):
-        assert api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, 1800 * US, 0, 1) == now
-        assert api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, 220 * US, 0, 0) == now
+        assert api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, 1800 * US, 0, 1, 40) == now
+        assert api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, 220 * US, 0, 0, 0) == now
+
+
+@pytest.mark.parametrize("margin_us,ahead_us", [
+    (0, PREEMPTED_FEED_AHEAD_US),          # nothing measured yet: the fixed margin
+    (5, PREEMPTED_FEED_AHEAD_MIN_US),      # a fast host: never below the floor
+    (60, 60 + GPU_PICKUP_US),              # the measured lag and the GPU's pickup
+    (900, PREEMPTED_FEED_AHEAD_US),        # a slow one: never above the fixed margin
+])
+def test_a_preempted_holder_feeds_ahead_by_its_measured_submission_lag(api, margin_us, ahead_us):
+    now, queued_us, kernel_us = 10_000_000, 2000, 220
+    preempted = api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, kernel_us * US, 1, 1, margin_us)
+    assert preempted == now + (queued_us - ahead_us) * US
+    # A holder not preempted lately keeps its wider margin, whatever the lag.
+    plain = api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, kernel_us * US, 1, 0, margin_us)
+    assert plain == now + (queued_us - FEED_AHEAD_US - kernel_us // FEED_AHEAD_FRACTION) * US
+
+
+def _lag_margins(api, lags_us):
+    from gslice._shim_api import ffi
+    lags = ffi.new("uint64_t[]", [int(x * US) for x in lags_us])
+    margins = ffi.new("uint32_t[]", len(lags_us))
+    api.gslice_submit_lag_series(lags, len(lags_us), margins)
+    return list(margins)
+
+
+def test_the_submission_lag_margin_covers_the_lags_spread_and_forgets_a_slow_spell(api):
+    # The first lag alone: mean + 4 x half of it.
+    assert _lag_margins(api, [20])[-1] == 60
+    # A steady lag: the margin closes in on it.
+    steady = _lag_margins(api, [20] * 200)
+    assert 20 <= steady[-1] <= 22, steady[-5:]
+    # Lags that alternate: the margin covers the late ones.
+    mixed = _lag_margins(api, [10, 90] * 100)
+    assert mixed[-1] >= 90 and all(m >= 90 for m in mixed[-50:]), mixed[-6:]
+    # A slow spell (a loaded host) widens it at once; fast lags bring it back.
+    spell = _lag_margins(api, [20] * 100 + [400] * 3 + [20] * 200)
+    assert spell[102] >= 400 > spell[99] and spell[-1] <= 22, (spell[99], spell[102], spell[-1])
+    # A stall counts as 2 ms, not as an overflow.
+    assert _lag_margins(api, [10_000_000])[-1] == 6000
 
 
 @pytest.mark.parametrize("launch_gpu_us,interval,expected", [

@@ -77,6 +77,25 @@ def test_a_lease_taken_back_for_a_higher_class_is_a_preemption():
     assert s.preemptions["a"] == 1
 
 
+def test_a_higher_class_over_its_request_reclaims_the_lease_as_preemptors_says():
+    # A higher class past its request (tier 1) beside a lessee within its
+    # own (tier 0) does not outrank it: the lease is reclaimed, not handed
+    # over, and preemptors (the doorbell's flags) says the same. Found by the
+    # scheduler's state machine (test_scheduler_properties.py): the lease
+    # was handed over on class alone while preemptors left the group out.
+    s = scheduler()
+    s.update_group(GroupSpec("b", 0.05, 1.0, GIB, Priority.HIGH), 0.0)
+    [held] = s.request("b1", 0.0)
+    s.release("b1", held.token_id, 0.08, 0.08)        # b used 8% of the window: past its 5% request
+    [grant] = s.lease_if_free("a1", 0.09)
+    assert s.preemptors(0.1) == frozenset()
+    [revoke] = s.request("b1", 0.1)
+    assert (revoke.client_id, revoke.token_id, revoke.lease_reclaim) == ("a1", grant.token_id, True)
+    assert s.preemptions["a"] == 0
+    [handed] = s.release("a1", grant.token_id, 0.0, 0.101)
+    assert handed.client_id == "b1"
+
+
 def test_without_handover_a_higher_class_waits_for_the_lessee():
     s = scheduler(SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=0.2, cap_period=0.0,
                                   preempt_handover=False))

@@ -149,6 +149,7 @@ static void print_shim_stats(void)
            (unsigned long long)st.handback_lapses);
     printf("shim_burst_ends=%llu\n", (unsigned long long)st.burst_ends);
     printf("shim_longest_work_us=%llu\n", (unsigned long long)st.longest_work_us);
+    printf("shim_submit_lag_margin_us=%llu\n", (unsigned long long)st.submit_lag_margin_us);
 }
 
 static int run_launch(int n, uint64_t ns)
