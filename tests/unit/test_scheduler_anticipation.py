@@ -75,7 +75,7 @@ def test_a_periodic_preemptor_is_expected_one_shortest_period_after_its_last_arr
     assert s.expected_preemption(now, s.preemptors(now)) == (start, end)  # the coordinator's call
 
 
-def test_the_window_spans_the_shortest_to_the_longest_period():
+def test_the_window_spans_the_shortest_to_the_longest_period_opening_half_their_spread_early():
     s = sharing()
     burst(s, 0.05)
     at = 0.1
@@ -85,7 +85,9 @@ def test_the_window_spans_the_shortest_to_the_longest_period():
     # The last period (0.024) is not known until h1 asks again: four of them are.
     last = at - 0.0240
     start, end = s.expected_preemption(last + 0.010)
-    assert start == pytest.approx(last + 0.0235)
+    # The next period is the shortest of five one time in five: the window
+    # opens half the spread (1.5 ms) before the shortest.
+    assert start == pytest.approx(last + 0.0235 - 0.00075)
     assert end == pytest.approx(last + 0.0250 + SLACK)
 
 
@@ -107,6 +109,24 @@ def test_a_closed_loop_preemptor_is_expected_one_think_after_its_idle_release():
     start, end = s.expected_preemption(released + 0.005)
     assert start == pytest.approx(released + think)
     assert end == pytest.approx(released + think + SLACK)
+
+
+def test_a_closed_loop_window_opens_half_its_gaps_spread_early():
+    """Think gaps that vary a little (a sleep's overshoot, the release's
+    round trip): the window opens half their spread before the shortest."""
+    thinks = [0.0100, 0.0104, 0.0102, 0.0100, 0.0103]
+    s = sharing()
+    burst(s, 0.05)
+    at = 0.1
+    for k, think in enumerate(thinks):
+        length = 0.002 + 0.003 * (k % 2)   # periods spread 3 ms: only the gaps are regular
+        burst(s, at, length)
+        released = at + length
+        at = released + think
+    gaps = thinks[-ARRIVALS:-1]            # the last think is not known until the next arrival
+    start, end = s.expected_preemption(released + 0.005)
+    assert start == pytest.approx(released + min(gaps) - (max(gaps) - min(gaps)) / 2)
+    assert end == pytest.approx(released + max(gaps) + SLACK)
 
 
 def test_of_two_regular_shapes_the_tighter_window_is_published():
@@ -224,8 +244,9 @@ def test_the_window_follows_the_last_periods_whatever_they_are(periods, offset):
     """After any sequence of bursts, the window is there exactly when the
     last ARRIVALS - 1 periods agree within the spread allowed; then it runs
     from the shortest to the longest period (plus slack) after the last
-    arrival. Asked at any moment between the last burst's release and the
-    window's end; the scheduler decides nothing when asked."""
+    arrival, opening half their spread early. Asked at any moment between
+    the last burst's release and the window's end; the scheduler decides
+    nothing when asked."""
     s = sharing()
     burst(s, 0.05)
     at = 0.1
@@ -243,5 +264,6 @@ def test_the_window_follows_the_last_periods_whatever_they_are(periods, offset):
     if max(recent) - min(recent) > scheduler_module._PERIODIC_SPREAD + 1e-12:
         assert window is None
     elif max(recent) - min(recent) < scheduler_module._PERIODIC_SPREAD - 1e-12:
-        assert window == pytest.approx((last + min(recent), last + max(recent) + SLACK))
+        spread = max(recent) - min(recent)
+        assert window == pytest.approx((last + min(recent) - spread / 2, last + max(recent) + SLACK))
         assert "hi" in s.preemptors(now)
