@@ -34,13 +34,6 @@
 /* gRPC's status when tokend's wait for a token ran out: ask again. */
 #define GS_GATE_GRPC_DEADLINE_EXCEEDED 4
 
-static inline uint64_t gs_gate_monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* pthread_cond_timedwait on a CLOCK_MONOTONIC condvar. */
 static inline void gs_gate_wait_until_ns(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns)
 {
@@ -72,7 +65,7 @@ void gs_gate_granted_locked(gs_gate *g, uint64_t token_id, uint32_t quantum_us);
 void gs_gate_after_grant_locked(gs_gate *g);
 
 /* gate_head_start.c */
-bool gs_gate_head_start_locked(gs_gate *g, uint64_t entered_ns); /* after a ring: start before the grant */
+bool gs_gate_head_start_locked(gs_gate *g, uint64_t called_ns, uint64_t entered_ns); /* after a ring */
 bool gs_gate_head_start_overdue_locked(gs_gate *g, uint64_t now);
 void gs_gate_keeper_ask_locked(gs_gate *g);               /* keeper: a provisional slice's or a waiter's ask */
 

@@ -78,6 +78,7 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
     t->wake_listeners = false;
     t->waited = false;
     t->paced_until_ns = 0;
+    t->called_ns = gs_gate_monotonic_ns();
     t->work = work;
     t->checkpoint = false;
     t->launches = 0;

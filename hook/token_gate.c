@@ -206,7 +206,7 @@ static void acquire_locked(gs_gate *g, gs_launch_ticket *t, uint64_t entered_ns)
      * the keeper carries the ask (gate_head_start.c). The listeners and the
      * keeper are woken once the launch is queued: each wake-up may hand
      * this CPU to the woken thread first. */
-    if (rang && gs_gate_head_start_locked(g, entered_ns)) {
+    if (rang && gs_gate_head_start_locked(g, t->called_ns, entered_ns)) {
         t->wake_listeners = t->wake_keeper = true;
         return;
     }

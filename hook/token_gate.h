@@ -51,6 +51,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "gslice_cuda_abi.h"
 #include "preempt_doorbell.h"
@@ -342,6 +343,13 @@ static inline __attribute__((always_inline)) bool gs_gate_fast_enter(void)
 }
 
 /* What the slow path decided for one launch. */
+static inline uint64_t gs_gate_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 typedef struct gs_launch_ticket {
     gs_gate *gate;       /* NULL: not metered (pass-through) */
     bool checkpoint;     /* record a checkpoint after the launch */
@@ -351,6 +359,7 @@ typedef struct gs_launch_ticket {
     bool wake_listeners; /* a head start rang: wake the doorbell's listeners once the launch is queued */
     bool waited;         /* the launch waited at the gate (a pause, a grant): not a pacing lag */
     uint64_t paced_until_ns; /* the pacing deadline it slept until (0: not paced) */
+    uint64_t called_ns;  /* when the launch reached the shim's slow path (a head start's debug line) */
 } gs_launch_ticket;
 
 void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,

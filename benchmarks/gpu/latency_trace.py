@@ -89,25 +89,29 @@ def neighbour_around_bursts(starts: list[float], latencies_ms: list[float], unit
                         "latency_ms_by_queued_at_start": {str(k): percentiles(v) for k, v in sorted(by_ahead.items())}}}
 
 
-_HEAD_START = re.compile(r"gslice\[\d+\]: debug (\d+\.\d+): head start: launching at the ring, ([\d.]+) us after")
+_HEAD_START = re.compile(r"gslice\[\d+\]: debug (\d+\.\d+): head start: launching at the ring, ([\d.]+) us after "
+                         r"the launch reached the shim \(([\d.]+) us in the gate\)")
 
 
 def rings_after_starts(starts: list[float], log_text: str) -> dict:
     """Per burst, from the traced burst's shim log: when its head start rang
     (the line's CLOCK_MONOTONIC stamp) after the burst began (the
-    application's time.monotonic()), and how much of that the launch spent
-    in the gate; the rest is the application's own time to its first launch
-    (a neighbour keeps feeding the GPU until the ring). Bursts with no head
-    start within 5 ms (a lease, a handback start) are left out."""
-    rings = [(float(m.group(1)), float(m.group(2))) for m in _HEAD_START.finditer(log_text)]
-    stamps = [t for t, _ in rings]
-    to_ring, in_gate = [], []
+    application's time.monotonic()), and how much of that its launch spent
+    in the shim (the gate's part of it apart); the rest is the
+    application's own time to its first launch (a neighbour keeps feeding
+    the GPU until the ring). Bursts with no head start within 5 ms (a
+    lease, a handback start) are left out."""
+    rings = [(float(m.group(1)), float(m.group(2)), float(m.group(3))) for m in _HEAD_START.finditer(log_text)]
+    stamps = [ring[0] for ring in rings]
+    to_ring, in_shim, in_gate = [], [], []
     for start in starts:
         i = bisect.bisect_left(stamps, start)
         if i < len(rings) and rings[i][0] - start < 0.005:
             to_ring.append(round((rings[i][0] - start) * 1e6, 1))
-            in_gate.append(rings[i][1])
-    return {"start_to_ring_us": percentiles(to_ring), "in_gate_us": percentiles(in_gate), "bursts": len(to_ring)}
+            in_shim.append(rings[i][1])
+            in_gate.append(rings[i][2])
+    return {"start_to_ring_us": percentiles(to_ring), "in_shim_us": percentiles(in_shim),
+            "in_gate_us": percentiles(in_gate), "bursts": len(to_ring)}
 
 
 def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path) -> None:
@@ -172,8 +176,8 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
                         rang = rings_after_starts(reply["starts_monotonic"], workers[burster].log_path.read_text())
                         shape["series"][series]["rings"] = rang
                         print(f"    head start rang {_p(rang['start_to_ring_us'], '.0f')} us (p50/p90/p99) after the "
-                              f"burst began, {_p(rang['in_gate_us'], '.1f')} us of it in the gate "
-                              f"({rang['bursts']} bursts)", flush=True)
+                              f"burst began, {_p(rang['in_shim_us'], '.1f')} us of it in the shim "
+                              f"({_p(rang['in_gate_us'], '.1f')} in the gate; {rang['bursts']} bursts)", flush=True)
                     if units is not None:
                         around = neighbour_around_bursts(reply["starts_monotonic"], lat, units)
                         shape["series"][series]["neighbour_around_bursts"] = around
