@@ -92,10 +92,13 @@ EXPERIMENTS = {
                    lambda: exp_throughput.throughput(seconds=1.0, warmup=0.5, rounds=1, kernels_us=[1000], streams=2)),
     "busy": (lambda: exp_slices.busy(), lambda: exp_slices.busy(seconds=1.5, warmup=0.5)),
     "long_work": (lambda: exp_slices.long_work(),
-                  lambda: exp_slices.long_work(seconds=2.0, warmup=1.0, long_kernel_us=100_000)),
+                  lambda: exp_slices.long_work(seconds=1.0, warmup=0.5, long_kernel_us=100_000)),
     "smooth_cap": (lambda: exp_slices.smooth_cap(),
                    lambda: exp_slices.smooth_cap(seconds=2.0, warmup=0.3, long_kernel_us=100_000, long_warmup=1.0)),
-    "latency": (lambda: exp_latency.latency(), lambda: exp_latency.latency(seconds=1.5, rounds=2)),
+    # The smoke run: both kinds of target (a short and a long neighbour kernel), one and two groups.
+    "latency": (lambda: exp_latency.latency(),
+                lambda: exp_latency.latency(seconds=1.5, rounds=2,
+                                            cases=[exp_latency.Case(250, 4, 1), exp_latency.Case(2000, 0, 2)])),
 }
 
 
