@@ -62,8 +62,12 @@ def test_forked_child_is_metered_as_its_own_client(runner, tokend, shim_build):
                               **group_env(tokend, "g", created.secret))
     assert rc == 0, err
     assert out["child_status"] == "0", err
-    pids = set(re.findall(r"gslice\[(\d+)\]: info: attached to tokend", err))
-    assert len(pids) == 2, err   # parent and child each attached once
+    attached = re.findall(r"gslice\[(\d+)\]: info: attached to tokend", err)
+    assert len(attached) == len(set(attached)), err   # no process attached twice
+    # Parent and child each attached: the child's launches wait for its own
+    # token. (With the gate cut they do not, and the child may run its 4 ms
+    # of launches and exit before its Attach is answered on a loaded machine.)
+    assert len(set(attached)) == 2 or (shim_build.cut and len(set(attached)) == 1), err
     with shim_build.expect_feature():
         assert_charged_for(tokend.admin(), "g", launches * kernel_ns / 1e9)   # the child's launches
 
