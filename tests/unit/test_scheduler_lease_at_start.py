@@ -11,7 +11,7 @@ import math
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gslice.tokend.scheduler import Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
+from gslice.tokend.scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
 
 GIB = 1 << 30
 CONFIG = SchedulerConfig(window=1.0, quantum_min=0.005, quantum_max=0.1, grace=0.2, cap_period=0.0)
@@ -94,6 +94,19 @@ def test_a_higher_class_over_its_request_reclaims_the_lease_as_preemptors_says()
     assert s.preemptions["a"] == 0
     [handed] = s.release("a1", grant.token_id, 0.0, 0.101)
     assert handed.client_id == "b1"
+
+
+def test_free_is_judged_after_time_has_expired_a_holder_past_its_deadline():
+    # a1's slice ran past quantum + grace unreleased; nothing has looked
+    # since. A starting b1 finds the token free as of now: the expiry first,
+    # then its lease (it was refused while the expiry was still pending;
+    # found by the scheduler's state machine).
+    s = scheduler()
+    [held] = s.request("a1", 0.0)
+    late = held.quantum + CONFIG.grace + 0.01
+    expire, lease = s.lease_if_free("b1", late)
+    assert isinstance(expire, Expire) and (expire.client_id, expire.token_id) == ("a1", held.token_id)
+    assert isinstance(lease, Grant) and lease.client_id == "b1" and s.holds_lease("b1", lease.token_id)
 
 
 def test_without_handover_a_higher_class_waits_for_the_lessee():
