@@ -221,6 +221,7 @@ class TokenDaemon:
                 loop.remove_signal_handler(signum)
             if metrics_http is not None:
                 metrics_http.shutdown()
+                metrics_http.server_close()
             if coordinator.doorbell is not None:
                 coordinator.doorbell.close()  # the file stays: containers may have it mounted
             for path in (self.client_socket, self.admin_socket, self.pid_file):
