@@ -66,8 +66,9 @@ void gs_gate_keeper_ask_locked(gs_gate *g)
     bool provisional = g->head_start && g->state == GS_GATE_HOLDING && g->token_id == 0;
     if (!provisional && !(g->ask_via_keeper && g->state == GS_GATE_ACQUIRING))
         return;
-    uint32_t work = gs_gate_work_item_us(g);
     pthread_mutex_unlock(&g->mu);
+    gs_gate_take_in_lengths_for_the_ask(g);   /* a head start rang first */
+    uint32_t work = gs_gate_work_item_us(g);
     uint64_t token_id = 0;
     uint32_t quantum_us = 0;
     /* A head start asks after its ring (tokend then grants it at once). */

@@ -93,7 +93,9 @@ bool gs_gate_gpu_work_outstanding(gs_gate *g);
 uint32_t gs_gate_work_item_us(gs_gate *g);
 uint64_t gs_gate_long_kernel_ns(gs_gate *g);
 void gs_gate_wait_newest_checkpoint(gs_gate *g);
-void gs_gate_take_in_reached_checkpoints(gs_gate *g);   /* from any thread */
+/* Before an ask for a token (any thread): take in the lengths of the work
+ * the GPU has finished, which the ask carries (kernel_lengths.c). */
+void gs_gate_take_in_lengths_for_the_ask(gs_gate *g);
 /* This thread waited for the gate: the GPU may have run dry meanwhile, so
  * its next checkpoint interval does not measure GPU time per launch. */
 void gs_gate_note_gap(void);

@@ -361,13 +361,6 @@ static void *keeper_main(void *arg)
     return NULL;
 }
 
-void gs_gate_wake_keeper(gs_gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    pthread_cond_signal(&g->keeper_wake);
-    pthread_mutex_unlock(&g->mu);
-}
-
 /* Set one of the keeper's request flags and wake it (starting it if needed). */
 void gs_gate_ask_keeper(gs_gate *g, bool *request)
 {

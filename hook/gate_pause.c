@@ -136,8 +136,6 @@ static void on_doorbell(void *ctx)
     pthread_mutex_unlock(&g->mu);
 }
 
-void gs_gate_wake_listeners(gs_gate *g) { gs_doorbell_wake_listeners(&g->doorbell); }
-
 void gs_gate_attach_doorbell(gs_gate *g, const char *socket_path, uint32_t slot, uint32_t client, int priority)
 {
     gs_doorbell_attach(&g->doorbell, socket_path, slot, client, priority, on_doorbell, g);

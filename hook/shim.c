@@ -126,13 +126,11 @@ void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void 
     }
 }
 
-void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
+void gs_launch_end(gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
 {
     /* First: the launch is queued, the holder must stop and tokend hear of it. */
-    if (t->wake_listeners)
-        gs_gate_wake_listeners(t->gate);
-    if (t->wake_keeper)
-        gs_gate_wake_keeper(t->gate);
+    if (t->gate)
+        gs_gate_deferred_wakes(t->gate, t);
     if (t->gate && t->paced_until_ns && !t->waited && rc == CUDA_SUCCESS)
         gs_gate_note_submit_lag(t->gate, t->paced_until_ns);
     if (t->gate && t->checkpoint && rc == CUDA_SUCCESS) {

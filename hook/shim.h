@@ -19,7 +19,7 @@ bool gs_shim_metered(void);
  * into a capturing stream passes at once (nothing runs: not gated, not
  * charged, no checkpoint). */
 void gs_launch_begin(gs_launch_ticket *t, CUstream stream, int ptsz, const void *work) __attribute__((noinline, cold));
-void gs_launch_end(const gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
+void gs_launch_end(gs_launch_ticket *t, CUstream stream, int ptsz, CUresult rc)
     __attribute__((noinline, cold));
 
 /* fork(): forget this process's primary-context retains (overrides.c). */

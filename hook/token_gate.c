@@ -171,9 +171,7 @@ void gs_gate_after_grant_locked(gs_gate *g)
     after_slice_start_locked(g, "rang just before this grant");
 }
 
-/* Wake-ups a launch put off until it is queued (gs_launch_end): due now,
- * before this thread waits on the gate (mu held). */
-static void wake_now_locked(gs_gate *g, gs_launch_ticket *t)
+void gs_gate_deferred_wakes(gs_gate *g, gs_launch_ticket *t)
 {
     if (t->wake_listeners)
         gs_doorbell_wake_listeners(&g->doorbell);
@@ -188,19 +186,15 @@ static void acquire_locked(gs_gate *g, gs_launch_ticket *t, uint64_t entered_ns)
 {
     g->state = GS_GATE_ACQUIRING;
     gs_gate_ensure_keeper_locked(g);
-    pthread_mutex_unlock(&g->mu);
-    uint64_t token_id = 0;
-    uint32_t quantum_us = 0;
     if (!atomic_load_explicit(&g->doorbell.page, memory_order_acquire) && g->rpc &&
-        atomic_load_explicit(&g->n_acquired, memory_order_relaxed) == 0)
+        atomic_load_explicit(&g->n_acquired, memory_order_relaxed) == 0) {
+        pthread_mutex_unlock(&g->mu);
         gs_rpc_wait_attached(g->rpc, 1000, NULL);   /* process start: the doorbell comes with the attach */
-    /* The lengths of the work the last slice drained go with the ask. */
-#ifndef GSLICE_TEST_CUT_LENGTHS_WITH_THE_ASK   /* test-only build (hook/build.py TEST_CUTS) */
-    gs_gate_take_in_reached_checkpoints(g);
-#endif
+        pthread_mutex_lock(&g->mu);
+    }
     /* A higher class than the holder: tell it to stop submitting now, not
-     * when tokend's Revoke reaches it (preempt_doorbell.h). */
-    pthread_mutex_lock(&g->mu);
+     * when tokend's Revoke reaches it (preempt_doorbell.h). First: all
+     * the holder feeds until then is queued in front of this launch. */
     bool rang = g->state == GS_GATE_ACQUIRING && gs_doorbell_ring_if_preempting(&g->doorbell, false);
     /* Rang: tokend grants this ask at once (its flag says so); start now,
      * the keeper carries the ask (gate_head_start.c). The listeners and the
@@ -212,11 +206,18 @@ static void acquire_locked(gs_gate *g, gs_launch_ticket *t, uint64_t entered_ns)
     }
     if (rang)
         gs_doorbell_wake_listeners(&g->doorbell);
+    pthread_mutex_unlock(&g->mu);
+    gs_gate_take_in_lengths_for_the_ask(g);
+    pthread_mutex_lock(&g->mu);
+    if (g->state != GS_GATE_ACQUIRING)
+        return;   /* fork or stop reset the gate meanwhile: start over */
     /* Another holds the token: the keeper asks, so that the holder's
      * handback can start this process before the grant (gate_handback.c). */
-    if (!rang && g->state == GS_GATE_ACQUIRING && gs_gate_ask_via_keeper_locked(g))
+    if (!rang && gs_gate_ask_via_keeper_locked(g))
         return;
     pthread_mutex_unlock(&g->mu);
+    uint64_t token_id = 0;
+    uint32_t quantum_us = 0;
     GS_DEBUG("asking for a token%s", rang ? " (rang the preemption doorbell)" : "");
     int rc = gs_rpc_acquire_sized(g->rpc, GS_GATE_ACQUIRE_TIMEOUT_MS, GS_GATE_ACQUIRE_WAIT_MS, gs_gate_work_item_us(g),
                                   rang, &token_id, &quantum_us);
@@ -271,7 +272,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
             if (gs_gate_monotonic_ns() < g->doorbell_pause_until_ns) {
                 /* A thread held back by a pause is busy, not idle: the keeper
                  * must not end the slice as idle under it. */
-                wake_now_locked(g, t);
+                gs_gate_deferred_wakes(g, t);   /* due before this thread waits */
                 t->waited = true;
                 atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 gs_gate_wait_until_ns(&g->changed, &g->mu, g->doorbell_pause_until_ns);
@@ -285,7 +286,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
              * work ends (gate_handback.c): until then both would share the GPU. */
             uint64_t now = gs_gate_monotonic_ns();
             if (now < g->grant_ns) {
-                wake_now_locked(g, t);
+                gs_gate_deferred_wakes(g, t);
                 t->waited = true;
                 atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
                 gs_gate_wait_until_ns(&g->changed, &g->mu, g->grant_ns);
@@ -311,7 +312,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
              * the Revoke took (H100 trace, 2026-11-27: 107 of 300 bursts
              * beside 8192 matmuls found no pause). */
             gs_gate_open_slice_locked(g, g->token_id, g->quantum_us, false);
-            t->wake_keeper = true;   /* gs_gate_wake_keeper, after the launch */
+            t->wake_keeper = true;   /* gs_gate_deferred_wakes, after the launch */
             atomic_fetch_add_explicit(&g->n_lease_resumes, 1, memory_order_relaxed);
 #ifndef GSLICE_TEST_CUT_RING_AT_LEASE_RESUME   /* test-only build (hook/build.py TEST_CUTS) */
             after_slice_start_locked(g, "rang while the lease was kept");
@@ -326,7 +327,7 @@ void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t)
             /* Process exit: let remaining launches through. */
             break;
         } else {
-            wake_now_locked(g, t);
+            gs_gate_deferred_wakes(g, t);
             t->waited = true;
             pthread_cond_wait(&g->changed, &g->mu);
         }

@@ -367,15 +367,15 @@ void gs_gate_init(gs_gate *g, struct gs_rpc *rpc, const char *label,
 /* Blocks until the gate is open for this thread; ctx is the launch's
  * context (remembered for the end-of-slice synchronise). */
 void gs_gate_enter(gs_gate *g, CUcontext ctx, gs_launch_ticket *t);
-/* After the launch of a ticket with wake_keeper (successful or not): the
- * keeper starts watching the slice resumed on a lease, or carries a head
- * start's ask. Deferred until the launch is queued so that its wake-up
- * does not compete with the GPU's for a CPU (on a 2-core machine it
- * delayed a burst's first kernel). */
-void gs_gate_wake_keeper(gs_gate *g);
-/* After the launch of a ticket with wake_listeners: the head start's ring
- * reaches the listeners (the holder's launches read it on the page before). */
-void gs_gate_wake_listeners(gs_gate *g);
+/* The wake-ups the gate put off until the ticket's launch is queued (after
+ * it, successful or not, or before its thread waits at the gate): the
+ * keeper, to watch a slice resumed on a lease or carry a head start's ask;
+ * the doorbell's listeners, for a head start's ring (the holder's launches
+ * read it on the page before). Each wake-up may hand this CPU to the woken
+ * thread first: on a 2-core machine one delayed a burst's first kernel by
+ * 41 us (median). With or without mu: the keeper's predicate was set under
+ * mu, so a keeper that read it before is waiting by now. */
+void gs_gate_deferred_wakes(gs_gate *g, gs_launch_ticket *t);
 /* After a successful launch whose countdown ran out. */
 void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches, const void *work);
 /* Before a checkpointed launch of `work` (NULL: unknown): with long kernels,
