@@ -117,6 +117,9 @@ uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, ui
                                      bool preempted_lately, uint32_t lag_margin_us);
 uint32_t gs_submit_lag_add(gs_submit_lag *l, uint64_t lag_ns);
 int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended);
+/* Sleep until a pacing deadline with a 1 us timer slack; the thread's own
+ * slack is put back after. */
+void gs_gate_pacing_sleep_until_ns(uint64_t deadline_ns);
 uint64_t gs_gate_wait_for_handoff_point(gs_gate *g, bool preempted);
 
 #endif

@@ -154,7 +154,7 @@ static bool queue_bounded(gs_gate *g)
 
 /* Sleep until a pacing deadline with a fine timer slack (its lag is what
  * the feed-ahead must cover), then put the application's back. */
-static void sleep_until_deadline(uint64_t deadline_ns)
+void gs_gate_pacing_sleep_until_ns(uint64_t deadline_ns)
 {
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     bool finer = slack > GS_GATE_PACING_TIMER_SLACK_NS &&
@@ -272,7 +272,7 @@ uint64_t gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
          * end the slice as idle under a paced launch). */
         atomic_fetch_add_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&g->n_paced_launches, 1, memory_order_relaxed);
-        sleep_until_deadline(submit_at);
+        gs_gate_pacing_sleep_until_ns(submit_at);
         atomic_fetch_sub_explicit(&g->gpu_waiters, 1, memory_order_relaxed);
     }
     gs_gate_note_fed(g);

@@ -103,6 +103,8 @@ GS_EXPORT void gslice_submit_lag_series(const uint64_t *lags_ns, int n, uint32_t
         margins_us[i] = gs_submit_lag_add(&l, lags_ns[i]);
 }
 
+GS_EXPORT void gslice_pacing_sleep_until_ns(uint64_t deadline_ns) { gs_gate_pacing_sleep_until_ns(deadline_ns); }
+
 GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended)
 {
     return gs_queue_bound_batch_launches(interval, launch_gpu_us, contended != 0);

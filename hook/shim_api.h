@@ -56,6 +56,8 @@ uint64_t gslice_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns
                                          int preempted_lately, uint32_t lag_margin_us);
 /* The paced submissions' lag margin after each of lags_ns[0..n) (us). */
 void gslice_submit_lag_series(const uint64_t *lags_ns, int n, uint32_t *margins_us);
+/* A pacing sleep until deadline_ns (CLOCK_MONOTONIC), as a paced launch sleeps. */
+void gslice_pacing_sleep_until_ns(uint64_t deadline_ns);
 int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
 /* The gate's GPU time per launch (hook/kernel_lengths.c), pure: fed the
  * contiguous intervals interval_us[i] over launches[i] launches, in order;

@@ -225,3 +225,44 @@ def test_a_process_with_long_idle_gaps_hands_the_token_on_soon_when_someone_wait
     assert api.gslice_gate_idle_period_ns(50, 10 * MS, 1) == 200_000
     assert api.gslice_gate_idle_period_ns(215, 10 * MS, 1) == 430_000      # never under two kernels
     assert api.gslice_gate_idle_period_ns(1800, 0, 0) == 3_600_000
+
+
+PACING_TIMER_SLACK_NS = 1000   # hook/token_gate.h
+
+
+def _slack_during_and_after_a_pacing_sleep(api, own_slack_ns):
+    """The calling thread's timer slack (/proc/<tid>/timerslack_ns) read by
+    another thread while it sleeps until a pacing deadline, and after."""
+    import ctypes
+    import threading
+    import time
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
+    seen = {}
+    asleep = threading.Event()
+
+    def paced():
+        assert libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(own_slack_ns), 0, 0, 0) == 0
+        seen["tid"] = threading.get_native_id()
+        asleep.set()
+        api.gslice_pacing_sleep_until_ns(time.monotonic_ns() + 400_000_000)
+        seen["after"] = libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
+
+    thread = threading.Thread(target=paced)
+    thread.start()
+    asleep.wait(5)
+    time.sleep(0.15)
+    with open(f"/proc/{seen['tid']}/timerslack_ns") as f:
+        seen["during"] = int(f.read())
+    thread.join(5)
+    return seen["during"], seen["after"]
+
+
+def test_a_pacing_sleep_runs_with_a_fine_timer_slack_and_puts_the_threads_own_back(api):
+    # The lag of a paced launch past its deadline is what the feed-ahead must
+    # cover: the default 50 us slack alone would be most of it.
+    during, after = _slack_during_and_after_a_pacing_sleep(api, 200_000)
+    assert (during, after) == (PACING_TIMER_SLACK_NS, 200_000)
+    # A thread already finer than that keeps its own.
+    during, after = _slack_during_and_after_a_pacing_sleep(api, 500)
+    assert (during, after) == (500, 500)
