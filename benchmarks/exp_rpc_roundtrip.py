@@ -1,16 +1,43 @@
 """Round trips from the C shim's RPC client (hook/rpc_client.c) to a real
 tokend over its unix socket, uncontended: AcquireToken + ReleaseToken and
-ReserveMemory + ReleaseMemory, each pair and each call."""
+ReserveMemory + ReleaseMemory, each pair and each call; beside them the
+floor of this machine in the same run: an asyncio echo of a message of the
+same size over a unix socket (hook/bench/socket_echo.c against
+socket_echo_server.py), read by the calling thread and through a reader
+thread as the shim's client reads, before and after the daemon's series."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from gslice.experiment import SharingExperiment
 
 import native_build
 from results_io import Result, at_most
+
+
+ECHO_SERVER = Path(__file__).resolve().parent / "socket_echo_server.py"
+
+
+def echo_floor(calls: int) -> dict:
+    """socket_echo's two modes against a fresh echo server: {mode: stats}."""
+    program = native_build.socket_echo()
+    with tempfile.TemporaryDirectory(prefix="gs-echo-", dir="/tmp") as folder:
+        path = str(Path(folder) / "echo.sock")
+        server = subprocess.Popen([sys.executable, str(ECHO_SERVER), path], stdout=subprocess.PIPE, text=True)
+        try:
+            if server.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the echo server did not start (exit {server.poll()})")
+            return {mode: json.loads(subprocess.run([str(program), path, str(calls), mode], capture_output=True,
+                                                    text=True, timeout=600, check=True).stdout)
+                    for mode in ("direct", "reader-thread")}
+        finally:
+            server.kill()
+            server.wait()
 
 
 def rpc_roundtrip(calls: int = 3000) -> Result:
@@ -20,6 +47,7 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
     result = Result("rpc_roundtrip", device="none (daemon round trips)")
     program = native_build.rpc_roundtrip()
     runs = {}
+    floors = [echo_floor(calls)]
     with SharingExperiment(gpu="sim") as exp:
         group = exp.add_group("bench", request=0.5, limit=1.0, memory="4GiB")  # uncapped: RPC cost, not pacing
         for transport, unary, no_socket in (("unary", "1", "1"), ("stream", "0", "1"), ("socket", "0", "0")):
@@ -28,6 +56,7 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
                                  env={**os.environ, "RPC_ROUNDTRIP_UNARY": unary,
                                       "RPC_ROUNDTRIP_NO_CALLS_SOCKET": no_socket}).stdout
             runs[transport] = json.loads(out)
+    floors.append(echo_floor(calls))
     pairs = {"acquire_release", "reserve_release_memory"}  # the figures with targets
     for name, stats in runs["socket"].items():
         pair = name in pairs
@@ -41,5 +70,14 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
                    "x")
         result.add(f"stream_over_unary/{name}/p50", runs["stream"][name]["p50_us"] / runs["unary"][name]["p50_us"],
                    "x")
-    result.details = runs
+    # The floor: two echoes per pair; the reader thread's hop is the shim
+    # client's (its I/O thread reads client.calls and wakes the caller).
+    for i, floor in enumerate(floors):
+        label = "echo" if i == 0 else "echo_again"
+        for mode, stats in floor.items():
+            result.add(f"floor/{label}_{mode.replace('-', '_')}/p50", stats["p50_us"], "us")
+    pair_floor = 2 * min(f["reader-thread"]["p50_us"] for f in floors)
+    for name in sorted(pairs):
+        result.add(f"{name}/p50_beyond_two_echoes", runs["socket"][name]["p50_us"] - pair_floor, "us")
+    result.details = {**runs, "echo_floor": floors}
     return result

@@ -29,6 +29,13 @@ def stub_libcuda() -> Path:
     return lib_dir
 
 
+def socket_echo() -> Path:
+    out = BUILD / "socket_echo"
+    BUILD.mkdir(parents=True, exist_ok=True)
+    _gcc(["hook/bench/socket_echo.c", "-lpthread", "-o", str(out)])
+    return out
+
+
 def rpc_roundtrip() -> Path:
     out = BUILD / "rpc_roundtrip"
     BUILD.mkdir(parents=True, exist_ok=True)
