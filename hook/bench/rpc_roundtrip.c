@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "latency_series.h"
 #include "rpc_client.h"
 
 #ifndef WAIT_MS
@@ -26,30 +27,11 @@ typedef struct series {
     int n;
 } series;
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void print_series(const series *s, bool last)
 {
-    qsort(s->us, (size_t)s->n, sizeof s->us[0], by_value);
-    double sum = 0;
-    for (int i = 0; i < s->n; i++)
-        sum += s->us[i];
-    int p99 = (int)(0.99 * (s->n - 1) + 0.5);
-    printf("  \"%s\": {\"n\": %d, \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, "
-           "\"max_us\": %.1f}%s\n",
-           s->name, s->n, s->us[(s->n - 1) / 2], s->us[p99], sum / s->n, s->us[s->n - 1],
-           last ? "" : ",");
+    printf("  \"%s\": ", s->name);
+    print_latency_series(s->us, s->n);
+    printf("%s\n", last ? "" : ",");
 }
 
 static int fail(const char *what, int rc)

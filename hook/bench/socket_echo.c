@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "latency_series.h"
+
 #define BODY_BYTES 64   /* an AcquireToken ClientCall with its client id */
 #define FRAME_BYTES (5 + BODY_BYTES)
 
@@ -28,19 +30,6 @@ static int fd;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t answered = PTHREAD_COND_INITIALIZER;
 static long answers;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static bool read_frame(void)
 {
@@ -115,11 +104,7 @@ int main(int argc, char **argv)
         if (i >= 0)
             us[i] = now_us() - t0;
     }
-    qsort(us, (size_t)n, sizeof us[0], by_value);
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += us[i];
-    printf("{\"n\": %d, \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f}\n", n,
-           us[(n - 1) / 2], us[(int)(0.99 * (n - 1) + 0.5)], sum / n, us[n - 1]);
+    print_latency_series(us, n);
+    printf("\n");
     return 0;
 }
