@@ -197,9 +197,10 @@ static void acquire_locked(gs_gate *g, gs_launch_ticket *t, uint64_t entered_ns)
      * the holder feeds until then is queued in front of this launch. */
     bool rang = g->state == GS_GATE_ACQUIRING && gs_doorbell_ring_if_preempting(&g->doorbell, false);
     /* Rang: tokend grants this ask at once (its flag says so); start now,
-     * the keeper carries the ask (gate_head_start.c). The listeners and the
-     * keeper are woken once the launch is queued: each wake-up may hand
-     * this CPU to the woken thread first. */
+     * the keeper carries the ask (gate_head_start.c), with the lengths the
+     * last checkpoints took in. The listeners and the keeper are woken once
+     * the launch is queued: each wake-up may hand this CPU to the woken
+     * thread first. */
     if (rang && gs_gate_head_start_locked(g, t->called_ns, entered_ns)) {
         t->wake_listeners = t->wake_keeper = true;
         return;
