@@ -55,6 +55,8 @@ BURST_KERNELS = 8
 THINK_MS = 10.0
 # One handoff in the issue's bound: the token handoff target of issue 8.
 HANDOFF_MS = 0.3
+# The burst median beyond alone and the model's context switch (simulated GPU).
+BEYOND_SWITCH_MS = 0.1
 
 
 @dataclass(frozen=True)
@@ -236,8 +238,14 @@ def latency(seconds: float = 16.0, rounds: int = 4, cases: list[Case] | None = N
         tag = case.name
         result.add(f"{tag}/p50_minus_alone", s["p50_ms"] - alone["p50_ms"], "ms",
                    at_most(HANDOFF_MS) if case.kernel_us <= 500 else None)
+        # gslice's own part of the median on this GPU model: what is left
+        # beyond the model's switch (the 0.3 ms target above includes the
+        # switch, 0.45 ms as calibrated against the H100, so on the
+        # simulated GPU it is missed by construction). 0.004-0.045 ms in
+        # good runs; a keeper that delayed the head start's ask made it
+        # 0.23-0.36 ms beside 2 ms kernels, which nothing else flagged.
         result.add(f"{tag}/p50_minus_alone_beyond_switch", s["p50_ms"] - alone["p50_ms"] - model["switch_us"] / 1e3,
-                   "ms")
+                   "ms", at_most(BEYOND_SWITCH_MS))
         result.add(f"{tag}/p99_minus_alone", s["p99_ms"] - alone["p99_ms"], "ms")
         if len(series[case.name]) >= 2:
             # How far this run's own p99 moves between its even and odd
