@@ -69,6 +69,7 @@ TEST_CUTS = {
     "ring_at_lease_resume": "GSLICE_TEST_CUT_RING_AT_LEASE_RESUME",  # a lease resumes past a ring it heard idle
     "copy_work_keys": "GSLICE_TEST_CUT_COPY_WORK_KEYS",  # copies and fills share no length estimate of their own
     "ring_read_at_launch": "GSLICE_TEST_CUT_RING_READ_AT_LAUNCH",  # only the listener thread acts on a ring
+    "alone_queue": "GSLICE_TEST_CUT_ALONE_QUEUE",  # a holder alone on the GPU queues no deeper than a shared one
 }
 
 

@@ -93,6 +93,8 @@ bool gs_gate_gpu_work_outstanding(gs_gate *g);
 uint32_t gs_gate_work_item_us(gs_gate *g);
 uint64_t gs_gate_long_kernel_ns(gs_gate *g);
 void gs_gate_wait_newest_checkpoint(gs_gate *g);
+/* Any thread: wait until at most n checkpoints are outstanding. */
+void gs_gate_wait_outstanding_down_to(gs_gate *g, int n);
 /* Before an ask for a token (any thread): take in the lengths of the work
  * the GPU has finished, which the ask carries (kernel_lengths.c). */
 void gs_gate_take_in_lengths_for_the_ask(gs_gate *g);
@@ -117,6 +119,9 @@ uint64_t gs_queue_bound_submit_at_ns(uint64_t now_ns, uint64_t queued_end_ns, ui
                                      bool preempted_lately, uint32_t lag_margin_us);
 uint32_t gs_submit_lag_add(gs_submit_lag *l, uint64_t lag_ns);
 int32_t gs_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, bool contended);
+int gs_queue_bound_outstanding(bool alone, uint32_t launch_gpu_us, uint32_t work_item_us);
+/* Checkpoints a launch may leave outstanding now (a holder alone: more). */
+int gs_gate_outstanding_checkpoints(gs_gate *g);
 /* Sleep until a pacing deadline with a 1 us timer slack; the thread's own
  * slack is put back after. */
 void gs_gate_pacing_sleep_until_ns(uint64_t deadline_ns);

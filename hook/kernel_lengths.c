@@ -311,6 +311,22 @@ static void wait_oldest_locked(gs_gate *g)
     complete_oldest_locked(g);
 }
 
+void gs_gate_wait_outstanding_down_to(gs_gate *g, int n)
+{
+    if (!gs_cu.cuEventSynchronize)
+        return;
+    pthread_mutex_lock(&g->checkpoint_mu);
+    while (g->queue_count > n) {
+        CUcontext popped;
+        bool pushed = gs_cu.cuCtxPushCurrent &&
+                      gs_cu.cuCtxPushCurrent(g->checkpoints[g->queue[g->queue_head]].ctx) == CUDA_SUCCESS;
+        wait_oldest_locked(g);
+        if (pushed)
+            gs_cu.cuCtxPopCurrent(&popped);
+    }
+    pthread_mutex_unlock(&g->checkpoint_mu);
+}
+
 bool gs_gate_newest_pending_locked(gs_gate *g)
 {
     if (g->queue_count == 0)
@@ -351,14 +367,16 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     pthread_mutex_lock(&g->checkpoint_mu);
     atomic_fetch_add_explicit(&g->n_checkpoints, 1, memory_order_relaxed);
     take_in_reached_locked(g, false);
-    bool contiguous = tls_contiguous || g->queue_count >= GS_GATE_MAX_OUTSTANDING;
+    bool contiguous = tls_contiguous || g->queue_count > 0;
     tls_contiguous = false;
-    while (g->queue_count >= GS_GATE_MAX_OUTSTANDING)
+    while (g->queue_count >= gs_gate_outstanding_checkpoints(g))
         wait_oldest_locked(g);
-    /* Earlier work done: what this checkpoint closes is all that is queued
-     * (running or about to): in GPU time, the launch's own estimate when it
-     * closes one launch, else its launches at the process's GPU time per
-     * launch (kernels, graphs, copies and fills alike). */
+    /* What this checkpoint closes is queued behind what is still
+     * outstanding (a holder alone keeps several: queue_bound.c), else all
+     * that is queued (running or about to): in GPU time, the launch's own
+     * estimate when it closes one launch, else its launches at the
+     * process's GPU time per launch (kernels, graphs, copies and fills
+     * alike). */
     uint64_t work_us = 0;
     if (work && launches == 1) {
         gs_work_estimate *e = estimate_slot(g, work);
@@ -366,8 +384,12 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
     }
     if (!work_us)
         work_us = (uint64_t)(launches ? launches : 1) * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);
+    uint64_t queued_from = gs_gate_monotonic_ns();
+    uint64_t before = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
+    if (g->queue_count > 0 && before > queued_from)
+        queued_from = before;
     /* Atomic: the keeper reads it under g->mu, not checkpoint_mu. */
-    __atomic_store_n(&g->newest_end_ns, gs_gate_monotonic_ns() + work_us * 1000ull, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->newest_end_ns, queued_from + work_us * 1000ull, __ATOMIC_RELAXED);
     int idx = -1;
     for (int i = 0; i < GS_GATE_CHECKPOINTS; i++)
         if (g->checkpoints[i].state == 0) {

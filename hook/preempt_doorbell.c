@@ -205,6 +205,17 @@ bool gs_doorbell_contended(gs_doorbell *d)
            atomic_load_explicit(&p->contended, memory_order_relaxed) != 0;
 }
 
+bool gs_doorbell_holder_alone(gs_doorbell *d)
+{
+    gs_doorbell_page *p = atomic_load_explicit(&d->page, memory_order_acquire);
+    uint32_t slot = atomic_load_explicit(&d->slot, memory_order_relaxed);
+    /* (A daemon older than the handback uses that region as flags: `slots` says so.) */
+    return p && slot && p->slots <= GS_DOORBELL_SLOTS &&
+           atomic_load_explicit(&p->contended, memory_order_relaxed) == 0 &&
+           atomic_load_explicit(&p->holder_slot, memory_order_relaxed) == slot &&
+           atomic_load_explicit(&p->holder_alone, memory_order_relaxed) == 1;
+}
+
 bool gs_doorbell_queue_bounded(gs_doorbell *d)
 {
     if (!gs_doorbell_contended(d))

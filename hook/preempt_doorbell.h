@@ -42,7 +42,11 @@
  *     listeners, then sends its ReleaseToken. The waiting process named
  *     next starts on a provisional slice at once (gate_handback.c), not
  *     after that round trip and its grant's (~0.5-1 ms of idle GPU at
- *     every handover).
+ *     every handover);
+ *   - tokend writes `holder_alone` when the holder is the only client
+ *     attached to the GPU and its group has no limit: nobody can wait
+ *     behind its queue, so it keeps more queued (queue_bound.c), and a
+ *     client attaching clears it before that client's first launch.
  * Nothing here grants anything: the waiter still waits for tokend's grant,
  * and a pause is charged to the holder like any part of its slice. A ring
  * tokend does not follow with a Revoke costs the holder at most the pause
@@ -103,7 +107,11 @@ typedef struct gs_doorbell_page {
     _Atomic uint64_t handback_free_ns; /* 4048 when its queued work ends (>= handback_ns) */
     _Atomic uint32_t next_client;   /* 4056 tokend: which waiter of next_slot's group it grants (its
                                      *      AttachReply.doorbell_client; 0: any, as from an older daemon) */
-    uint8_t reserved[36];           /* 4060 zeros */
+    _Atomic uint32_t holder_alone;  /* 4060 tokend: 1 when the holder is the only client attached to the GPU
+                                     *      and its group has no limit: nobody can wait behind what it
+                                     *      queues, so it may queue deeper (queue_bound.c); 0 from an older
+                                     *      daemon */
+    uint8_t reserved[32];           /* 4064 zeros */
 } gs_doorbell_page;
 
 _Static_assert(sizeof(gs_doorbell_page) == GS_DOORBELL_SIZE, "doorbell page layout");
@@ -174,6 +182,9 @@ bool gs_doorbell_grants_at_once(gs_doorbell *d);
 /* Does anyone else want the GPU now (tokend's `contended`)? true without a
  * doorbell (unknown). */
 bool gs_doorbell_contended(gs_doorbell *d);
+/* Is this process the token's holder, alone on the GPU (tokend's
+ * `holder_alone`)? */
+bool gs_doorbell_holder_alone(gs_doorbell *d);
 /* Must this process, the holder, bound what it queues (queue_bound.c)?
  * Contended, unless tokend says it outranks every group waiting (then its
  * queue delays nobody it would not delay anyway). */

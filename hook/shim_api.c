@@ -110,6 +110,11 @@ GS_EXPORT int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t l
     return gs_queue_bound_batch_launches(interval, launch_gpu_us, contended != 0);
 }
 
+GS_EXPORT int gslice_queue_bound_outstanding(int alone, uint32_t launch_gpu_us, uint32_t work_item_us)
+{
+    return gs_queue_bound_outstanding(alone != 0, launch_gpu_us, work_item_us);
+}
+
 GS_EXPORT void gslice_launch_gpu_time_series(const double *interval_us, const uint32_t *launches, int n,
                                              uint32_t *estimates_us)
 {

@@ -59,6 +59,8 @@ void gslice_submit_lag_series(const uint64_t *lags_ns, int n, uint32_t *margins_
 /* A pacing sleep until deadline_ns (CLOCK_MONOTONIC), as a paced launch sleeps. */
 void gslice_pacing_sleep_until_ns(uint64_t deadline_ns);
 int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
+/* Checkpoints a launch may leave outstanding (~1 ms of GPU work each). */
+int gslice_queue_bound_outstanding(int alone, uint32_t launch_gpu_us, uint32_t work_item_us);
 /* The gate's GPU time per launch (hook/kernel_lengths.c), pure: fed the
  * contiguous intervals interval_us[i] over launches[i] launches, in order;
  * estimates_us[i] is its value after interval i. */

@@ -59,13 +59,20 @@
 struct gs_rpc;
 
 #define GS_GATE_MAX_CONTEXTS 16
-#define GS_GATE_CHECKPOINTS 6
 #define GS_GATE_MIN_INTERVAL 1
 #define GS_GATE_MAX_INTERVAL 4096
 /* Checkpoints left outstanding after a launch (older ones are waited for):
  * with intervals of ~1 ms of GPU work, at most ~2 ms is queued when the
  * gate closes, which is what the next holder waits for. */
 #define GS_GATE_MAX_OUTSTANDING 1
+/* ... or this many for a holder alone on the GPU with short kernels
+ * (queue_bound.c): ~8-9 ms queued, so that a stall of the launching thread
+ * (a collection, a data loader, a descheduled thread) shorter than that
+ * does not idle the GPU, as it does not bare. */
+#define GS_GATE_ALONE_OUTSTANDING 8
+/* Slots: the outstanding ones, the last one done (the next interval's
+ * start) and the one being recorded. */
+#define GS_GATE_CHECKPOINTS (GS_GATE_ALONE_OUTSTANDING + 2)
 /* Kernels at least this long (GPU time per launch, us) are "long": a
  * launch first waits for the work before it, so a closing gate leaves at
  * most one kernel to drain (a preempting client waits one kernel, not

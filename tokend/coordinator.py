@@ -220,6 +220,7 @@ class Coordinator:
         self.doorbell.publish(holder_group, preemptors, others_waiting=self.scheduler.others_waiting(),
                               expected=self.scheduler.expected_preemption(now, preemptors),
                               holder_outranks=self.scheduler.holder_outranks_waiters(now),
+                              holder_alone=self.scheduler.holder_alone(),
                               next_group=self.scheduler.client_group(next_waiter) if next_waiter is not None else None,
                               next_client=next_session.doorbell_client if next_session is not None else 0)
 

@@ -37,6 +37,10 @@ _NEXT_SLOT_OFFSET = HANDBACK_OFFSET
 # The waiter that group's slot names (AttachReply.doorbell_client; 0: any of
 # its waiters, as from a daemon older than the field).
 _NEXT_CLIENT_OFFSET = HANDBACK_OFFSET + 24
+# 1: the holder is the only client attached and its group has no limit:
+# nobody waits behind what it queues, so it may queue deeper
+# (hook/queue_bound.c). Reserved zeros before it existed: bound as before.
+_HOLDER_ALONE_OFFSET = HANDBACK_OFFSET + 28
 _HEADER = struct.Struct("<III")         # magic, version, slots
 _U32 = struct.Struct("<I")
 # 1: every group waiting is of a lower class than the holder's (tokend renews
@@ -84,6 +88,7 @@ class PreemptDoorbell:
         self._expected = (0, 0)
         self._next_slot = 0
         self._next_client = 0
+        self._alone = False
 
     def _clear(self) -> None:
         """Holder, contended, holder-outranks, grants-at-once, the expected
@@ -93,7 +98,7 @@ class PreemptDoorbell:
         self._map[_GRANTS_AT_ONCE_OFFSET:_GRANTS_AT_ONCE_OFFSET + 4] = bytes(4)
         self._map[_CONTENDED_OFFSET:_CONTENDED_OFFSET + 4] = bytes(4)
         self._map[_EXPECTED_OFFSET:_EXPECTED_OFFSET + _WINDOW.size] = bytes(_WINDOW.size)
-        self._map[FLAGS_OFFSET:SIZE] = bytes(SIZE - FLAGS_OFFSET)  # flags, next slot and the last handback
+        self._map[FLAGS_OFFSET:SIZE] = bytes(SIZE - FLAGS_OFFSET)  # flags, next slot, the last handback, alone
 
     def slot(self, group: str) -> int:
         """The group's slot + 1 (stable while the group exists); 0 when the
@@ -119,14 +124,15 @@ class PreemptDoorbell:
 
     def publish(self, holder_group: str | None, preemptors: frozenset[str], others_waiting: bool = False,
                 expected: tuple[float, float] | None = None, holder_outranks: bool = False,
-                next_group: str | None = None, next_client: int = 0) -> None:
+                next_group: str | None = None, next_client: int = 0, holder_alone: bool = False) -> None:
         """The holder's group, the groups that would preempt it now, whether
         another group waits (with a preemptor: `contended`), the window
         (time.monotonic seconds) in which a preemptor is expected to ask,
         whether the holder outranks every waiting group (written only with
         no preemptor flagged or expected), and the group granted if the
         holder released now with the number of its waiter that is granted
-        (that process may start at the holder's handback)."""
+        (that process may start at the holder's handback), and whether the
+        holder is alone on the GPU (the only client attached, no limit)."""
         holder = self.slot(holder_group) if holder_group is not None else 0
         flagged = {self._slots[name] for name in preemptors if self.slot(name)}
         # Flags first, then the holder, so a shim usually sees the flags that
@@ -158,6 +164,10 @@ class PreemptDoorbell:
         if next_slot != self._next_slot:
             self._map[_NEXT_SLOT_OFFSET:_NEXT_SLOT_OFFSET + 4] = _U32.pack(next_slot)
             self._next_slot = next_slot
+        alone = bool(holder and holder_alone and not contended)
+        if alone != self._alone:
+            self._map[_HOLDER_ALONE_OFFSET:_HOLDER_ALONE_OFFSET + 4] = _U32.pack(int(alone))
+            self._alone = alone
         if window != self._expected:
             # Two plain stores: a shim reading between them pairs the new end
             # with the old start (a hint either way, its pause is bounded).
@@ -189,6 +199,10 @@ class PreemptDoorbell:
     def read_handback(self) -> tuple[int, int, int]:
         """(slot + 1, handback_ns, free_ns) of the last handback (tests)."""
         return struct.unpack_from("<IQQ", self._map, _NEXT_SLOT_OFFSET + 4)
+
+    def read_holder_alone(self) -> bool:
+        """What the page says of the holder being alone (tests)."""
+        return _U32.unpack_from(self._map, _HOLDER_ALONE_OFFSET)[0] == 1
 
     def read_expected(self) -> tuple[int, int]:
         """(start_ns, end_ns) of the expected preemption as published (tests)."""

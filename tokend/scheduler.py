@@ -1609,6 +1609,16 @@ class Scheduler:
         best = self._candidate(now)
         return best is None or self._outranks(group, self._holder_key_tier(now, holding), best[0], best[2][0])
 
+    def holder_alone(self) -> bool:
+        """Is the holder the only client attached, in a group without a
+        limit? Nobody can then wait behind what it queues: published on the
+        doorbell page, its shim keeps more queued (hook/queue_bound.c), as
+        the driver does bare, so that a stall of its launching thread does
+        not idle the GPU. A second client attaching clears it, before that
+        client's first launch."""
+        holding = self._holding
+        return holding is not None and len(self._clients) == 1 and not holding.client.group.capped
+
     def next_on_release(self, now: float) -> str | None:
         """The waiter granted if the holder released now: the first in line
         of the group served next (None: nobody holds, or nobody would be

@@ -47,6 +47,7 @@ LENGTHS_CUT = "lengths_with_the_ask"          # a token is asked for before drai
 RING_AT_LEASE_CUT = "ring_at_lease_resume"    # a lease resumes past a ring it heard while idle
 COPY_KEYS_CUT = "copy_work_keys"              # copies and fills have no length estimate of their own
 RING_READ_CUT = "ring_read_at_launch"         # only the listener thread acts on a ring
+ALONE_QUEUE_CUT = "alone_queue"               # a holder alone queues no deeper than a shared one
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:

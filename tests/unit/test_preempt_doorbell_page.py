@@ -80,11 +80,12 @@ def test_python_constants_mirror_the_c_header():
                        "expected_start_ns": 48, "expected_end_ns": 56,
                        "may_preempt": preempt_doorbell.FLAGS_OFFSET, "next_slot": preempt_doorbell.HANDBACK_OFFSET,
                        "handback_slot": 4036, "handback_ns": 4040, "handback_free_ns": 4048, "next_client": 4056,
-                       "reserved": 4060}
+                       "holder_alone": 4060, "reserved": 4064}
     assert preempt_doorbell._EXPECTED_OFFSET == OFFSETS["expected_start_ns"]
     assert preempt_doorbell._GRANTS_AT_ONCE_OFFSET == OFFSETS["grants_at_once"]
     assert preempt_doorbell._HOLDER_OUTRANKS_OFFSET == OFFSETS["holder_outranks"]
     assert preempt_doorbell._NEXT_CLIENT_OFFSET == OFFSETS["next_client"]
+    assert preempt_doorbell._HOLDER_ALONE_OFFSET == OFFSETS["holder_alone"]
 
 
 def test_new_page_has_the_header_and_nothing_else(doorbell):
@@ -218,6 +219,24 @@ def test_holder_outranks_is_written_only_with_no_preemptor_flagged_or_expected(d
     doorbell.publish("high", frozenset(), others_waiting=True, holder_outranks=True)
     doorbell.publish("high", frozenset(), others_waiting=True)
     assert _u32(_page(doorbell.path), "holder_outranks") == 0
+
+
+def test_holder_alone_is_written_only_for_a_holder_nobody_contends_with(doorbell):
+    # The holder's shim keeps more queued on this word (hook/queue_bound.c):
+    # never with another group waiting or a preemptor flagged, nor with no holder.
+    doorbell.publish("only", frozenset(), holder_alone=True)
+    assert _u32(_page(doorbell.path), "holder_alone") == 1 and doorbell.read_holder_alone()
+    doorbell.publish("only", frozenset(), others_waiting=True, holder_alone=True)
+    assert _u32(_page(doorbell.path), "holder_alone") == 0
+    doorbell.publish("only", frozenset(), holder_alone=True)
+    doorbell.publish("only", frozenset({"high"}), holder_alone=True)
+    assert _u32(_page(doorbell.path), "holder_alone") == 0
+    doorbell.publish("only", frozenset(), holder_alone=True)
+    doorbell.publish(None, frozenset(), holder_alone=True)
+    assert _u32(_page(doorbell.path), "holder_alone") == 0
+    doorbell.publish("only", frozenset(), holder_alone=True)
+    doorbell.publish("only", frozenset())   # a second client attached
+    assert _u32(_page(doorbell.path), "holder_alone") == 0 and not doorbell.read_holder_alone()
 
 
 def _window(page: bytes) -> tuple[int, int]:

@@ -238,6 +238,25 @@ def test_a_holder_outranks_waiters_only_of_a_strictly_lower_class():
     assert s.holder_outranks_waiters(0.003) is False
 
 
+def test_a_holder_is_alone_only_as_the_one_client_attached_in_a_group_without_a_limit():
+    # Published on the doorbell page: such a holder keeps more queued
+    # (hook/queue_bound.c), since nobody can wait behind it.
+    s = scheduler(("only", 0.3, 1.0, NORMAL, ["o1"]), ("capped", 0.3, 0.5, NORMAL, []))
+    assert s.holder_alone() is False  # nobody holds
+    [grant] = s.request("o1", 0.0)
+    assert s.holder_alone() is True
+    s.attach("o2", "only", 0.001)   # a second process of its own group: it may ask next
+    assert s.holder_alone() is False
+    s.detach("o2", 0.002)
+    assert s.holder_alone() is True
+    s.attach("c1", "capped", 0.003)
+    assert s.holder_alone() is False
+    s.release("o1", grant.token_id, 0.003, 0.004)
+    s.detach("o1", 0.005)
+    [grant] = s.request("c1", 0.006)
+    assert s.holder_alone() is False  # alone, but its limit ends its slices
+
+
 def test_a_low_holder_does_not_outrank_a_waiting_higher_class():
     s = low_holder_and_idle_high()
     s.request("h1", 0.01)

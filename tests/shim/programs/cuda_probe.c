@@ -11,6 +11,11 @@
  *   cuda_probe resume ROUTE KERNEL_NS          one kernel, sync, wait until the gate keeps the token
  *                                              as a lease, print leased=1, read a line from stdin,
  *                                              then time the launch that resumes the lease
+ *   cuda_probe stalls ROUTE SECONDS KERNEL_NS EVERY STALL_US  kernels back to back, never synchronised,
+ *                                              the launching thread stalling STALL_US after every
+ *                                              EVERY (a collection, a data loader); prints the GPU's
+ *                                              fraction busy with them (kernel time over the wall
+ *                                              time from the first launch to the final sync's end)
  *   cuda_probe fills ROUTE SECONDS KERNEL_NS FILL_BYTES  a fill of FILL_BYTES (cuMemsetD32Async), then
  *                                              a kernel, sync, again: two kinds of work of very
  *                                              different lengths, one of them not a kernel
@@ -189,6 +194,24 @@ static int run_loop(double seconds, uint64_t ns, int sync_every)
     return 0;
 }
 
+static int run_stalls(double seconds, uint64_t ns, int every, long stall_us)
+{
+    struct timespec stall = {stall_us / 1000000, (stall_us % 1000000) * 1000};
+    printf("ready=1\n");
+    fflush(stdout);
+    double start = now_s(), end = start + seconds;
+    long n = 0;
+    while (now_s() < end) {
+        check(launch_sleep(ns), "launch");
+        if (++n % every == 0)
+            nanosleep(&stall, NULL);
+    }
+    check(ctx_sync(), "cuCtxSynchronize");
+    printf("launched=%ld\ngpu_fraction=%.4f\n", n, (double)n * (double)ns / 1e9 / (now_s() - start));
+    print_shim_stats();
+    return 0;
+}
+
 static int run_fills(double seconds, uint64_t ns, size_t fill_bytes)
 {
     CUdeviceptr fill;
@@ -313,6 +336,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "loop") && argc >= 6) {
         setup(argv[2], 0);
         return run_loop(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]));
+    }
+    if (!strcmp(mode, "stalls") && argc >= 7) {
+        setup(argv[2], 0);
+        return run_stalls(atof(argv[3]), strtoull(argv[4], NULL, 10), atoi(argv[5]), atol(argv[6]));
     }
     if (!strcmp(mode, "fills") && argc >= 6) {
         setup(argv[2], 0);
