@@ -23,7 +23,7 @@ BUNDLE_TOOL = ROOT / "benchmarks" / "gpu" / "bundle.py"
 GPU_CHECK = ROOT / "scripts" / "gpu-check"
 
 EXPECTED_KEYS = {
-    "throughput": ["lone_throughput", "launch_overhead"],
+    "throughput": ["lone_throughput", "lone_throughput_host_stalls", "launch_overhead"],
     "shares": ["bare_alone", "shares_30_70"],
     "caps": ["cap30_mm4096h", "cap30_mm16384bf", "nvml_by_run"],
     "latency": ["bursts_i_4096_sync4", "bursts_ii_8192_sync4", "bursts_iii_4096_nosync"],

@@ -31,7 +31,8 @@ sys.path.insert(0, str(HERE))
 
 # name -> (module, function, budget in seconds on a GPU, budget in the short form, what)
 SECTIONS = {
-    "throughput": ("sec_throughput", "run", 60, 25, "a+b: lone-tenant throughput and per-launch overhead"),
+    "throughput": ("sec_throughput", "run", 80, 30, "a+b: lone-tenant throughput (also with host stalls) and "
+                   "per-launch overhead"),
     "shares": ("sec_sharing", "shares", 45, 20, "c: shares 30/70, work done per process"),
     "caps": ("sec_sharing", "caps", 75, 25, "d: limit 30% alone, short and long kernels"),
     "latency": ("sec_latency", "run", 100, 30, "e: high-priority bursts beside a low-priority neighbour"),
@@ -205,7 +206,7 @@ def highlights(name: str, res: dict) -> list[str]:
     out = []
     try:
         if name == "throughput":
-            for key in ("lone_throughput", "launch_overhead"):
+            for key in ("lone_throughput", "lone_throughput_host_stalls", "launch_overhead"):
                 if key in res:
                     r = res[key]
                     out.append(f"{key}: shim/bare median {_fmt(r['shim_over_bare'].get('median'), 4)} "

@@ -364,9 +364,11 @@ class Server:
         self.neighbour_report: dict = {}
 
     def throughput(self, unit: str, seconds: float, sync_every: int = 4, probe_every: int = 0,
-                   start_at: float | None = None) -> dict:
+                   start_at: float | None = None, stall_every: int = 0, stall_ms: float = 0.0) -> dict:
         """Units back to back for `seconds`, synchronising every `sync_every`.
-        Every `probe_every`-th iteration is timed on the GPU: a tiny launch
+        With `stall_every`, the launching thread sleeps `stall_ms` after
+        every `stall_every`-th unit (a collection, a data loader: a GPU with
+        enough queued rides it out). Every `probe_every`-th iteration is timed on the GPU: a tiny launch
         first opens the gate (so a wait for a token falls before the start
         event), then start event, the unit, end event. Iterations are
         counted per 1 s bucket (by sync completion) for per-second fractions."""
@@ -396,6 +398,8 @@ class Server:
                 b.launch_unit(unit)
             i += 1
             pending += 1
+            if stall_every and i % stall_every == 0:
+                time.sleep(stall_ms / 1e3)
             if pending >= max(1, sync_every):
                 b.sync()
                 done += pending
