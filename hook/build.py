@@ -70,6 +70,7 @@ TEST_CUTS = {
     "copy_work_keys": "GSLICE_TEST_CUT_COPY_WORK_KEYS",  # copies and fills share no length estimate of their own
     "ring_read_at_launch": "GSLICE_TEST_CUT_RING_READ_AT_LAUNCH",  # only the listener thread acts on a ring
     "alone_queue": "GSLICE_TEST_CUT_ALONE_QUEUE",  # a holder alone on the GPU queues no deeper than a shared one
+    "wrap_up_at_work_end": "GSLICE_TEST_CUT_WRAP_UP_AT_WORK_END",  # a wrap-up waits for the renewal point
 }
 
 

@@ -19,6 +19,7 @@
 /* RenewToken goes out this long (plus two kernels) before the quantum ends:
  * a round trip from C is ~0.3-3 ms here, and the queue must not run dry. */
 #define RENEW_LEAD_NS 3000000ull
+#define WRAP_UP_POLL_NS 1000000ull
 
 static void *keeper_main(void *arg);
 
@@ -303,7 +304,17 @@ static void *keeper_main(void *arg)
              * renewal then ran two kernels back to back every time (2 s
              * clumps: a 70% group's 10 s windows read 66-74%). Refused
              * already: nothing to wait for. */
-            bool wrap_due = g->wrap_up && (now >= renew_at || g->renew_refused);
+            /* ... or once the slice's queued work is done: a quantum sized
+             * on a first kernel that shared the GPU (2.11 s for a 1 s
+             * kernel) put renew_at 60 ms past the kernel's end, and the
+             * slice held the token idle until then, charged: a 30% cap's
+             * window then lacked 11 ms of room for its next 1 s kernel,
+             * which came 2.1 s late (27.2% over 30 s, long_work). */
+            bool work_done = g->wrap_up && now < renew_at && !g->renew_refused && !gs_gate_gpu_work_outstanding(g);
+#ifdef GSLICE_TEST_CUT_WRAP_UP_AT_WORK_END   /* test-only build (hook/build.py TEST_CUTS) */
+            work_done = false;
+#endif
+            bool wrap_due = g->wrap_up && (now >= renew_at || g->renew_refused || work_done);
             bool renew_due = now >= renew_at && !g->renew_refused;
             /* Idle: no launch since the last idle check, none waiting for its
              * own GPU work (a checkpoint: busy, not idle) and the work done.
@@ -335,6 +346,9 @@ static void *keeper_main(void *arg)
                 g->next_idle_check_ns = now + gs_gate_idle_period_ns(g);
             }
             uint64_t wake = g->renew_refused ? deadline : renew_at;
+            /* A pending wrap-up: look again soon for the queued work's end. */
+            if (g->wrap_up && !g->renew_refused && wake > now + WRAP_UP_POLL_NS)
+                wake = now + WRAP_UP_POLL_NS;
             gs_gate_wait_until_ns(&g->keeper_wake, &g->mu, wake < g->next_idle_check_ns ? wake : g->next_idle_check_ns);
         } else if (g->state == GS_GATE_UNMETERED) {
             pthread_mutex_unlock(&g->mu);

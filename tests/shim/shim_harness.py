@@ -48,6 +48,7 @@ RING_AT_LEASE_CUT = "ring_at_lease_resume"    # a lease resumes past a ring it h
 COPY_KEYS_CUT = "copy_work_keys"              # copies and fills have no length estimate of their own
 RING_READ_CUT = "ring_read_at_launch"         # only the listener thread acts on a ring
 ALONE_QUEUE_CUT = "alone_queue"               # a holder alone queues no deeper than a shared one
+WRAP_UP_CUT = "wrap_up_at_work_end"           # a wrap-up waits for the renewal point, the work done or not
 
 
 def build_cut_shim(cut: str, out_dir: Path) -> Path:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from shim_harness import LENGTHS_CUT, UNMEASURED_CUT, group_env, wait_for_line
+import re
+
+from shim_harness import LENGTHS_CUT, UNMEASURED_CUT, WRAP_UP_CUT, group_env, wait_for_line
 
 
 @pytest.fixture
@@ -81,6 +83,33 @@ def test_a_capped_groups_slices_cover_its_long_kernels_beside_a_neighbour(runner
     sliced = [r for r in later if r.away_ns > 0]
     with shim_build.expect_feature():
         assert not sliced, f"{len(sliced)} of {len(later)} 400 ms kernels shared the GPU with the neighbour: {sliced}"
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("shim_build", ["normal", WRAP_UP_CUT], indirect=True)
+def test_a_slice_whose_next_kernel_does_not_fit_ends_when_its_work_does(runner, tokend, shim_build):
+    """A capped group's first 1 s kernel shares the GPU with its neighbour
+    (its length is unknown, its slice expires): 2.1 s, which sizes its next
+    slice (2.1 s). That slice's next launch does not fit (a wrap-up); the
+    slice ends when its kernel does, not at the renewal point half the
+    quantum after the grant: there the slice held the token 60 ms with
+    nothing running, was charged for it, and a 30% cap's window then
+    lacked room for its fourth kernel by 11 ms (2.1 s late: 27.2% of the
+    GPU over 30 s, long_work)."""
+    admin = tokend.admin()
+    capped = admin.create_group("capped", request=0.3, limit=0.3, memory="1GiB")
+    other = admin.create_group("other", request=0.7, limit=1.0, memory="1GiB")
+    # The second slice starts ~7 s after the first kernel (2.1 s at 30%).
+    procs = [runner.start("loop", "driver", 10.5, 1_000_000_000, 0, GSLICE_LOG_LEVEL="debug",
+                          **group_env(tokend, "capped", capped.secret)),
+             runner.start("loop", "driver", 10.5, 1_000_000, 0, **group_env(tokend, "other", other.secret))]
+    _finish(procs)
+    log = procs[0].stderr.read()
+    used_us = [int(u) for u in re.findall(r"released: used (\d+) us", log)]
+    assert len(used_us) >= 2 and used_us[0] > 1_500_000, used_us   # the first one shared the GPU
+    with shim_build.expect_feature():
+        # 1.002 s here; 1.058 s with the slice held to the renewal point.
+        assert used_us[1] <= 1_020_000, used_us
 
 
 def test_the_longest_work_reported_is_work_seen_lately(tmp_path):
