@@ -25,6 +25,20 @@ def _rounds(ctx: Context, workers, op: str, timeout: float, key, rounds: int, **
     return out
 
 
+def _matmul_throughput(ctx: Context, workers, rounds: int, seconds: float, shape: str, **loop) -> dict:
+    """A lone 4096 fp16 matmul loop (`loop`: the served throughput op's
+    sync and stall arguments), bare A / shim / bare B interleaved;
+    iterations per second, shim over bare A beside bare B over bare A."""
+    rows = _rounds(ctx, workers, "throughput", seconds + 60, lambda r: r["iterations"] / r["seconds"],
+                   rounds, unit="mm4096h", seconds=seconds, **loop)
+    shim = ratio_summary([row["shim"] / row["bare-a"] for row in rows])
+    noise = ratio_summary([row["bare-b"] / row["bare-a"] for row in rows])
+    return {"what": f"4096x4096 fp16 matmul loop, {shape}, {seconds} s per run, {rounds} rounds of "
+                    "bare A / shim / bare B (order rotated); iterations per second",
+            "rounds": rows, "shim_over_bare": shim, "bare_b_over_bare_a": noise,
+            "target": verdict(shim.get("median"), low=0.99)}
+
+
 def run(ctx: Context) -> None:
     rec = ctx.record
     with SharingExperiment(ctx.work_dir / "exp", gpu=ctx.gpu) as exp:
@@ -38,32 +52,16 @@ def run(ctx: Context) -> None:
 
             # a. lone-tenant throughput: 4096 fp16 matmuls, 4 per sync.
             seconds = ctx.seconds(1.5, 0.3)
-            rounds = ctx.count(5, 2)
-            rows = _rounds(ctx, workers, "throughput", seconds + 60, lambda r: r["iterations"] / r["seconds"],
-                           rounds, unit="mm4096h", seconds=seconds, sync_every=4)
-            shim = ratio_summary([row["shim"] / row["bare-a"] for row in rows])
-            noise = ratio_summary([row["bare-b"] / row["bare-a"] for row in rows])
-            rec.set("lone_throughput", {
-                "what": f"4096x4096 fp16 matmul loop, 4 per sync, {seconds} s per run, {rounds} rounds of "
-                        "bare A / shim / bare B (order rotated); iterations per second",
-                "rounds": rows, "shim_over_bare": shim, "bare_b_over_bare_a": noise,
-                "target": verdict(shim.get("median"), low=0.99)})
-
+            rec.set("lone_throughput", _matmul_throughput(
+                ctx, workers, ctx.count(5, 2), seconds, "4 per sync", sync_every=4))
             # a2. the same alone, its launching thread stalling 3 ms after every
             # 48 matmuls (~10 ms of GPU work), synchronising every 96: bare,
             # the driver's queue rides the stalls out; so must the shim's
             # (hook/queue_bound.c: a holder alone keeps ~8 ms queued, where
             # a shared one keeps ~2 ms).
-            rounds = ctx.count(4, 2)
-            rows = _rounds(ctx, workers, "throughput", seconds + 60, lambda r: r["iterations"] / r["seconds"],
-                           rounds, unit="mm4096h", seconds=seconds, sync_every=96, stall_every=48, stall_ms=3.0)
-            shim = ratio_summary([row["shim"] / row["bare-a"] for row in rows])
-            noise = ratio_summary([row["bare-b"] / row["bare-a"] for row in rows])
-            rec.set("lone_throughput_host_stalls", {
-                "what": f"4096x4096 fp16 matmul loop, a 3 ms host stall after every 48, sync every 96, {seconds} s "
-                        f"per run, {rounds} rounds of bare A / shim / bare B (order rotated); iterations per second",
-                "rounds": rows, "shim_over_bare": shim, "bare_b_over_bare_a": noise,
-                "target": verdict(shim.get("median"), low=0.99)})
+            rec.set("lone_throughput_host_stalls", _matmul_throughput(
+                ctx, workers, ctx.count(4, 2), seconds, "a 3 ms host stall after every 48, sync every 96",
+                sync_every=96, stall_every=48, stall_ms=3.0))
 
             # b. per-launch overhead: x.add_ on 1024 floats, sync every 2000.
             launches = ctx.count(50000, 2000)
