@@ -1,6 +1,7 @@
 """An echo server written as tokend's calls socket reads (tokend/calls_socket.py:
-asyncio streams, a 5-byte prefix then the message, each answer written and
-drained): the floor under the daemon's round trips on this machine, for
+an asyncio Protocol that takes each 5-byte prefix and its message from the
+bytes as they arrive and writes the answer in the same callback): the
+floor under the daemon's round trips on this machine, for
 hook/bench/socket_echo.c. Usage: python socket_echo_server.py SOCKET; prints
 "ready" once it listens, and serves until killed."""
 from __future__ import annotations
@@ -12,21 +13,26 @@ import sys
 FRAME = struct.Struct(">BI")
 
 
-async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            header = await reader.readexactly(FRAME.size)
-            body = await reader.readexactly(FRAME.unpack(header)[1])
-            writer.write(header + body)
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.received = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        received = self.received
+        received += data
+        taken = 0
+        while len(received) - taken >= FRAME.size:
+            end = taken + FRAME.size + FRAME.unpack_from(received, taken)[1]
+            if len(received) < end:
+                break
+            self.transport.write(bytes(received[taken:end]))
+            taken = end
+        del received[:taken]
 
 
 async def main(path: str) -> None:
-    server = await asyncio.start_unix_server(echo, path=path)
+    server = await asyncio.get_running_loop().create_unix_server(Echo, path=path)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

@@ -5,7 +5,7 @@ Why: grpcio's Python server spends ~170-210 us of daemon CPU per message
 on an open stream (docs/architecture.md, "The round trip"), most of an
 acquire + release round trip. Here each ClientCall comes framed as on a
 gRPC stream (a 0 byte, the length as 4 bytes big-endian, the message) and
-is answered by the Calls stream's own handler (ClientService.Calls), with
+is served by the Calls stream's own rules (ClientService.start_call), with
 each ClientAnswer framed the same way: one set of rules for both.
 
 Only those calls: Attach, Control (revokes; a process's exit detaches it
@@ -35,18 +35,6 @@ log = logging.getLogger("gslice.tokend.calls_socket")
 FRAME = struct.Struct(">BI")   # gRPC's message prefix: compressed flag, length
 
 
-class _AnswerWriter:
-    """What ClientService.Calls writes its answers to (a grpc context's write)."""
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self._writer = writer
-
-    async def write(self, answer: client_pb2.ClientAnswer) -> None:
-        body = answer.SerializeToString()
-        self._writer.write(FRAME.pack(0, len(body)) + body)
-        await self._writer.drain()
-
-
 class CallsSocket:
     """The listener and its connections (at most max_connections at once)."""
 
@@ -55,7 +43,7 @@ class CallsSocket:
         self._service = service
         self._guard = guard
         self._max_connections = max_connections
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[_CallsConnection] = set()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -65,7 +53,8 @@ class CallsSocket:
             self.path.unlink()
         old_umask = os.umask(0o177)   # nobody connects before the mode is set
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_unix_server(lambda: _CallsConnection(self), path=str(self.path))
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o666)   # as client.sock: any tenant's shim connects
@@ -73,52 +62,108 @@ class CallsSocket:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        waiting = [task for connection in self._connections for task in connection.waiting]
+        for connection in list(self._connections):
+            connection.abort()
+        for task in waiting:
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if len(self._connections) >= self._max_connections:
+
+class _CallsConnection(asyncio.Protocol):
+    """One shim's connection. Calls are taken from the bytes as they arrive
+    and served in the same callback: a call decided at once (nearly all) is
+    answered before the callback returns, with no task, future or await on
+    its way (on this path the daemon's event loop was half of its cost per
+    call with asyncio streams). A call that waits runs as a task and
+    answers when decided."""
+
+    def __init__(self, listener: CallsSocket):
+        self._listener = listener
+        self._transport: asyncio.Transport | None = None
+        self._received = bytearray()
+        self.waiting: set[asyncio.Task] = set()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        listener = self._listener
+        if len(listener._connections) >= listener._max_connections:
             log.warning("calls socket %s: %d connections already; at most %d (max-connections): one refused",
-                        self.path, len(self._connections), self._max_connections)
-            writer.close()
+                        listener.path, len(listener._connections), listener._max_connections)
+            transport.close()
             return
-        self._connections.add(task)
+        listener._connections.add(self)
 
-        async def read() -> client_pb2.ClientCall | None:
-            try:
-                header = await reader.readexactly(FRAME.size)
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"a message prefix cut short: {len(exc.partial)} of {FRAME.size} bytes") from None
-                # The shim closed it (exit, or its client gave up): unlike a
-                # gRPC half-close, nobody is left to answer, so calls still
-                # waiting are abandoned (Calls cancels them on the way out),
-                # not granted a token nobody will release.
-                raise ConnectionResetError("the shim closed its calls socket") from None
-            compressed, length = FRAME.unpack(header)
-            if compressed:
-                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"message flagged compressed ({compressed}); only uncompressed messages (0) are taken")
-            if length > MAX_REQUEST_BYTES:
-                raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                 f"ClientCall of {length} bytes; the limit is {MAX_REQUEST_BYTES} bytes")
-            return self._guard.parse("Calls", client_pb2.ClientCall, await reader.readexactly(length))
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The shim closed it (exit, or its client gave up): unlike a gRPC
+        # half-close, nobody is left to answer, so calls still waiting are
+        # abandoned (cancelled: an acquire withdraws its request), not
+        # granted a token nobody will release.
+        self._listener._connections.discard(self)
+        for task in self.waiting:
+            task.cancel()
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # A shim that stops reading its answers is not read from either.
+    def pause_writing(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        received = self._received
+        received += data
+        service = self._listener._service
+        taken = 0
         try:
-            await self._service.Calls(read, _AnswerWriter(writer))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass   # the shim went away mid-message
-        except asyncio.CancelledError:
-            raise
+            while len(received) - taken >= FRAME.size:
+                compressed, length = FRAME.unpack_from(received, taken)
+                if compressed:
+                    raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"message flagged compressed ({compressed}); only uncompressed messages (0) "
+                                     f"are taken")
+                if length > MAX_REQUEST_BYTES:
+                    raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                     f"ClientCall of {length} bytes; the limit is {MAX_REQUEST_BYTES} bytes")
+                end = taken + FRAME.size + length
+                if len(received) < end:
+                    break
+                call = self._listener._guard.parse("Calls", client_pb2.ClientCall,
+                                                   bytes(received[taken + FRAME.size:end]))
+                taken = end
+                started = service.start_call(call, len(self.waiting))
+                if isinstance(started, client_pb2.ClientAnswer):
+                    self._write(started)
+                else:
+                    task = asyncio.get_running_loop().create_task(self._write_when_decided(started))
+                    self.waiting.add(task)
+                    task.add_done_callback(self.waiting.discard)
         except Exception as exc:   # a malformed message: counted and logged, the connection closed
-            code, message = self._guard.failure("Calls", exc)
+            code, message = self._listener._guard.failure("Calls", exc)
             log.info("calls socket: closed a connection (%s: %s)", code.name, message)
-        finally:
-            self._connections.discard(task)
-            writer.close()
+            self._transport.close()
+            received.clear()
+            return
+        del received[:taken]
+
+    def eof_received(self) -> bool:
+        if self._received:
+            log.info("calls socket: the shim closed it with a message cut short (%d bytes of a ClientCall)",
+                     len(self._received))
+        return False   # close our side too: connection_lost follows
+
+    def _write(self, answer: client_pb2.ClientAnswer) -> None:
+        if self._transport.is_closing():
+            return   # the shim went away while its call waited
+        body = answer.SerializeToString()
+        self._transport.write(FRAME.pack(0, len(body)) + body)
+
+    async def _write_when_decided(self, answer_coroutine) -> None:
+        self._write(await answer_coroutine)

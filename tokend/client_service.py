@@ -4,6 +4,7 @@ statuses by rpc_guard."""
 from __future__ import annotations
 
 import asyncio
+from types import CoroutineType
 
 import grpc
 
@@ -43,92 +44,112 @@ class ClientService:
                                                doorbell_rang=request.doorbell_rang)
 
     async def ReleaseToken(self, request: client_pb2.ReleaseTokenRequest, context) -> client_pb2.ReleaseTokenReply:
+        return self._release_token(request)
+
+    def _release_token(self, request: client_pb2.ReleaseTokenRequest) -> client_pb2.ReleaseTokenReply:
         return self._coordinator.release_token(request)
 
     async def RenewToken(self, request: client_pb2.RenewTokenRequest, context) -> client_pb2.RenewTokenReply:
+        return self._renew_token(request)
+
+    def _renew_token(self, request: client_pb2.RenewTokenRequest) -> client_pb2.RenewTokenReply:
         return self._coordinator.renew_token(request)
 
     async def ReserveMemory(self, request: client_pb2.ReserveMemoryRequest, context) -> client_pb2.ReserveMemoryReply:
-        return await self._coordinator.reserve_memory(request.client_id, request.bytes)
+        return await settled(self._reserve_start(request))
 
-    def _start_at_once(self, kind: str, request):
-        """A call that may wait (CALLS_THAT_WAIT) up to its first wait: its
-        reply if decided at once, else a coroutine that waits for it."""
-        if kind == "acquire":
-            return self._acquire_start(request)
+    def _reserve_start(self, request: client_pb2.ReserveMemoryRequest):
         return self._coordinator.reserve_memory_start(request.client_id, request.bytes)
 
     async def ReleaseMemory(self, request: client_pb2.ReleaseMemoryRequest, context) -> client_pb2.ReleaseMemoryReply:
+        return self._release_memory(request)
+
+    def _release_memory(self, request: client_pb2.ReleaseMemoryRequest) -> client_pb2.ReleaseMemoryReply:
         return self._coordinator.release_memory(request.client_id, request.bytes)
 
     async def GetMemoryInfo(self, request: client_pb2.GetMemoryInfoRequest, context) -> client_pb2.GetMemoryInfoReply:
         return self._coordinator.memory_info(request.client_id)
 
+    def start_call(self, call: client_pb2.ClientCall, waiting: int):
+        """One ClientCall, served as its unary method would be, up to its
+        first wait, synchronously: its ClientAnswer when decided at once
+        (every release and renewal, an uncontended grant, a reservation
+        that fits), else a coroutine that waits for it (to be run beside the
+        reading of later calls). A call's own failure is its answer, with
+        the unary call's status; a call that breaks the stream's rules
+        (names no call; more than max-streams-per-connection waiting, given
+        `waiting` already) raises RpcFailure, and the stream ends.
+        Both transports serve their calls here (Calls, and client.calls in
+        tokend/calls_socket.py): one set of rules."""
+        kind = call.WhichOneof("call")
+        if kind is None:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"ClientCall {call.call_id} names no call; one of {sorted(STREAM_CALLS)} is needed")
+        if kind in CALLS_THAT_WAIT:
+            # As many as one connection may have unary calls open.
+            limit = self._coordinator.limits.max_streams_per_connection
+            if waiting >= limit:
+                raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                 f"ClientCall {call.call_id}: {waiting} calls already wait on this "
+                                 f"stream; at most {limit} (max-streams-per-connection)")
+        try:
+            started = self._starts[kind](self, getattr(call, kind))
+        except Exception as exc:   # answered with its status, as from the handler
+            return self._failed_answer(call, kind, exc)
+        if isinstance(started, CoroutineType):
+            return self._answer_when_decided(call, kind, started)
+        return client_pb2.ClientAnswer(call_id=call.call_id, **{kind: started})
+
+    # ClientCall's oneof -> its synchronous start (what the unary method awaits).
+    _starts = {"acquire": _acquire_start, "reserve": _reserve_start, "release": _release_token,
+               "renew": _renew_token, "release_memory": _release_memory}
+
+    async def _answer_when_decided(self, call: client_pb2.ClientCall, kind: str, waiting) -> client_pb2.ClientAnswer:
+        """A call that waits (CALLS_THAT_WAIT), bounded by its wait_ms."""
+        try:
+            if call.wait_ms:
+                try:
+                    reply = await asyncio.wait_for(waiting, call.wait_ms / 1000)
+                except asyncio.TimeoutError:
+                    raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                     f"{STREAM_CALLS[kind]} not answered within the call's wait_ms {call.wait_ms}"
+                                     ) from None
+            else:
+                reply = await waiting
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return self._failed_answer(call, kind, exc)
+        return client_pb2.ClientAnswer(call_id=call.call_id, **{kind: reply})
+
+    def _failed_answer(self, call: client_pb2.ClientCall, kind: str, exc: Exception) -> client_pb2.ClientAnswer:
+        """The call's status, as the unary call would end (counted and logged)."""
+        code, message = self._guard.failure(STREAM_CALLS[kind], exc)
+        return client_pb2.ClientAnswer(call_id=call.call_id, code=code.value[0], message=message)
+
     async def Calls(self, read, context) -> None:
-        """Each ClientCall is served as its unary method would be. Calls
-        that never wait are answered in order as they come; one that may
-        wait runs beside the reading. Answers are written one at a time
-        (grpc allows one write in flight)."""
+        """The gRPC stream: each ClientCall is served by start_call. Calls
+        decided at once are answered in order as they come; one that waits
+        runs beside the reading. Answers are written one at a time (grpc
+        allows one write in flight)."""
         writing = asyncio.Lock()
         waiting: set[asyncio.Task] = set()
 
-        async def answer(call: client_pb2.ClientCall, kind: str, started=None) -> None:
-            """`started`: what the call's start returned (a reply, a
-            coroutine that waits for one, or what it raised); None: the
-            unary handler serves it."""
-            name = STREAM_CALLS[kind]
-            try:
-                if isinstance(started, Exception):
-                    raise started
-                serve = getattr(self, name)(getattr(call, kind), context) if started is None else started
-                if not asyncio.iscoroutine(serve):
-                    reply = serve   # decided at once
-                elif kind in CALLS_THAT_WAIT and call.wait_ms:
-                    try:
-                        reply = await asyncio.wait_for(serve, call.wait_ms / 1000)
-                    except asyncio.TimeoutError:
-                        raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                         f"{name} not answered within the call's wait_ms {call.wait_ms}") from None
-                else:
-                    reply = await serve
-                client_answer = client_pb2.ClientAnswer(call_id=call.call_id, **{kind: reply})
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the call's status, as the unary call would end
-                code, message = self._guard.failure(name, exc)
-                client_answer = client_pb2.ClientAnswer(call_id=call.call_id, code=code.value[0], message=message)
+        async def write_when_decided(answer_coroutine) -> None:
+            answer = await answer_coroutine
             async with writing:
-                await context.write(client_answer)
+                await context.write(answer)
 
         try:
             while (call := await read()) is not None:
-                kind = call.WhichOneof("call")
-                if kind is None:
-                    raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"ClientCall {call.call_id} names no call; one of {sorted(STREAM_CALLS)} is needed")
-                if kind in CALLS_THAT_WAIT:
-                    # As many as one connection may have unary calls open.
-                    limit = self._coordinator.limits.max_streams_per_connection
-                    if len(waiting) >= limit:
-                        raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                         f"ClientCall {call.call_id}: {len(waiting)} calls already wait on this "
-                                         f"stream; at most {limit} (max-streams-per-connection)")
-                    # Up to its first wait at once: decided then (an
-                    # uncontended grant, a reservation that fits), it is
-                    # answered in order with no task; else it waits beside
-                    # the later calls.
-                    try:
-                        started = self._start_at_once(kind, getattr(call, kind))
-                    except Exception as exc:   # answered with its status, as from the handler
-                        started = exc
-                    if not asyncio.iscoroutine(started):
-                        await answer(call, kind, started)
-                        continue
-                    task = asyncio.create_task(answer(call, kind, started))
-                    waiting.add(task)
-                    task.add_done_callback(waiting.discard)
-                else:
-                    await answer(call, kind)
+                started = self.start_call(call, len(waiting))
+                if isinstance(started, client_pb2.ClientAnswer):
+                    async with writing:
+                        await context.write(started)
+                    continue
+                task = asyncio.create_task(write_when_decided(started))
+                waiting.add(task)
+                task.add_done_callback(waiting.discard)
             if waiting:
                 await asyncio.wait(set(waiting))
         finally:

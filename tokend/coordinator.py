@@ -202,7 +202,7 @@ class Coordinator:
             else:
                 log.error("scheduler returned an unknown decision %r; ignored", decision)
                 continue
-            self.metrics.decisions.labels(type(decision).__name__.lower()).inc()
+            self.metrics.labelled(self.metrics.decisions, type(decision).__name__.lower()).inc()
         self._arm_timer()
         self._publish_preemptors()
 
@@ -244,8 +244,8 @@ class Coordinator:
                 self._core(self.scheduler.release, grant.client_id, grant.token_id, 0.0)
             return
         waiter.set_result(grant)
-        self.metrics.tokens_granted.labels(session.group).inc()
-        self.metrics.token_wait.labels(session.group).observe(max(0.0, time.monotonic() - session.requested_at))
+        self.metrics.labelled(self.metrics.tokens_granted, session.group).inc()
+        self.metrics.labelled(self.metrics.token_wait, session.group).observe(max(0.0, time.monotonic() - session.requested_at))
 
     def _grant_after_revoke_sent(self, grant: Grant, revoke_write: ControlWrite) -> None:
         """A preemption hands the token over at once: deliver the grant when
@@ -297,7 +297,11 @@ class Coordinator:
         if self._loop is None:
             return
         when = self.scheduler.next_wakeup()
-        if when == self._timer_when and self._timer is not None:
+        if self._timer is not None and (when is None or self._timer_when <= when):
+            # A timer that fires no later is kept: advance() at an earlier
+            # time decides nothing and arms the next (next_wakeup's
+            # contract). Re-arming at every grant and release was a timer
+            # handle made and cancelled per call on the hot path.
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -535,7 +539,7 @@ class Coordinator:
         self._apply(decisions)
         for decision in decisions:
             if isinstance(decision, Grant) and decision.renewed:
-                self.metrics.tokens_granted.labels(session.group).inc()
+                self.metrics.labelled(self.metrics.tokens_granted, session.group).inc()
                 return client_pb2.RenewTokenReply(renewed=True, token_id=decision.token_id,
                                                   quantum_us=max(1, round(decision.quantum * 1e6)))
         return client_pb2.RenewTokenReply(renewed=False)
@@ -989,8 +993,8 @@ class Coordinator:
         self._publish_clients(spec.name)
 
     def _publish_memory(self, group: str) -> None:
-        self.metrics.memory_used.labels(group).set(self.ledger.group_used(group))
-        self.metrics.memory_awaiting_driver.labels(group).set(self.ledger.group_pending(group))
+        self.metrics.labelled(self.metrics.memory_used, group).set(self.ledger.group_used(group))
+        self.metrics.labelled(self.metrics.memory_awaiting_driver, group).set(self.ledger.group_pending(group))
 
     def _publish_clients(self, group: str) -> None:
         self.metrics.clients.labels(group).set(len(self._members.get(group, ())))

@@ -53,9 +53,22 @@ class TokendMetrics:
             "process), timeout (NVML could not tell), superseded (the process attached again)", ["group", "how"],
             registry=r)
         self.gpu_uuid = gpu_uuid
+        self._children: dict[tuple, object] = {}
+
+    def labelled(self, metric, *values: str):
+        """metric.labels(*values), kept: labels() checks its arguments and
+        takes a lock on every call, a few us on each token and memory call
+        (the daemon's hot path). forget_group drops a group's."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def forget_group(self, group: str) -> None:
         """Drop a deleted group's labelled series so /metrics does not show ghosts."""
+        for key in [key for key in self._children if key[1][:1] == (group,)]:
+            del self._children[key]
         for metric in (self.group_share, self.group_request, self.group_limit, self.memory_used, self.memory_quota,
                        self.clients, self.tokens_granted, self.token_wait, self.preemptions, self.expiries,
                        self.memory_refused, self.memory_awaiting_driver):

@@ -1,0 +1,108 @@
+"""tokend/calls_socket.py without a daemon: a connection serves its calls by
+ClientService.start_call's rules, answers decided calls before its read
+returns, and cancels the calls still waiting when the shim goes away."""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from gslice.v1 import client_pb2
+from tokend.calls_socket import CallsSocket
+from tokend.client_service import ClientService
+from tokend.limits import Limits
+from tokend.rpc_guard import RpcGuard
+
+from test_client_service_calls import AcquiresNeverGranted, acquire_call
+
+FRAME = struct.Struct(">BI")
+
+
+class ReleasesAnswered(AcquiresNeverGranted):
+    """Acquires wait forever; releases are answered at once."""
+
+    def release_token(self, request):
+        return client_pb2.ReleaseTokenReply(lease_kept=request.keep_lease)
+
+
+def framed(call: client_pb2.ClientCall) -> bytes:
+    body = call.SerializeToString()
+    return FRAME.pack(0, len(body)) + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> client_pb2.ClientAnswer:
+    _, length = FRAME.unpack(await reader.readexactly(FRAME.size))
+    return client_pb2.ClientAnswer.FromString(await reader.readexactly(length))
+
+
+def serve(tmp_path, coordinator, client):
+    errors = []
+
+    async def main():
+        listener = CallsSocket(tmp_path / "client.calls", ClientService(coordinator, RpcGuard(
+            lambda method, code: errors.append((method, code.name)))), RpcGuard(
+            lambda method, code: errors.append((method, code.name))), max_connections=4)
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(listener.path))
+            try:
+                return await asyncio.wait_for(client(reader, writer), 10)
+            finally:
+                writer.close()
+        finally:
+            await asyncio.wait_for(listener.close(), 10)
+    return asyncio.run(main()), errors
+
+
+def test_calls_decided_at_once_are_answered_in_order_beside_calls_that_wait(tmp_path):
+    coordinator = ReleasesAnswered(Limits(max_streams_per_connection=4))
+
+    async def client(reader, writer):
+        release = client_pb2.ClientCall(call_id=3, release=client_pb2.ReleaseTokenRequest(client_id="c", keep_lease=True))
+        # In one write: the daemon takes every call from the bytes it got.
+        writer.write(framed(acquire_call(1)) + framed(acquire_call(2)) + framed(release))
+        answer = await read_answer(reader)
+        await asyncio.sleep(0.05)
+        return answer, coordinator.waiting
+
+    (answer, waiting), errors = serve(tmp_path, coordinator, client)
+    assert (answer.call_id, answer.code, answer.release.lease_kept) == (3, 0, True)
+    assert waiting == 2 and errors == []
+
+
+def test_a_connection_past_the_bound_of_waiting_calls_is_closed_and_its_calls_cancelled(tmp_path):
+    coordinator = AcquiresNeverGranted(Limits(max_streams_per_connection=4))
+
+    async def client(reader, writer):
+        writer.write(b"".join(framed(acquire_call(i)) for i in range(1, 6)))
+        closed = await reader.read()   # EOF: the daemon closed it
+        for _ in range(100):
+            if coordinator.cancelled == 4:
+                break
+            await asyncio.sleep(0.01)
+        return closed, coordinator.waiting, coordinator.cancelled   # before the listener closes
+
+    (closed, waiting, cancelled), errors = serve(tmp_path, coordinator, client)
+    assert closed == b""
+    assert errors == [("Calls", "RESOURCE_EXHAUSTED")]
+    assert (waiting, cancelled) == (4, 4), "waiting calls outlived their connection"
+
+
+def test_the_shim_going_away_cancels_its_waiting_calls(tmp_path):
+    coordinator = AcquiresNeverGranted(Limits(max_streams_per_connection=4))
+
+    async def client(reader, writer):
+        writer.write(framed(acquire_call(1)) + framed(acquire_call(2))[:7])   # the second cut short
+        for _ in range(100):
+            if coordinator.waiting == 1:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        for _ in range(100):
+            if coordinator.cancelled == 1:
+                break
+            await asyncio.sleep(0.01)
+        return coordinator.waiting, coordinator.cancelled
+
+    (waiting, cancelled), errors = serve(tmp_path, coordinator, client)
+    assert (waiting, cancelled) == (1, 1)
+    assert errors == []
