@@ -27,7 +27,7 @@ import time
 
 from gslice.experiment import SharingExperiment, busy_fraction_between, shares_between
 
-from handoff_gaps import HandoffWatch, add_metrics as add_handoff_metrics
+from handoff_gaps import GAP_ADDED_P50_US, HandoffWatch, add_metrics as add_handoff_metrics
 from results_io import Result, at_least, at_most, within
 
 
@@ -186,10 +186,14 @@ def busy(seconds: float = 10.0, warmup: float = 1.5) -> Result:
     error = max(abs(pair["shares"]["a"] - 0.3), abs(pair["shares"]["b"] - 0.7)) * 100
     result.add("30-70_1ms/max_error_points", error, "points", at_most(2))
     add_handoff_metrics(result, "30-70_1ms", pair["handoffs"])
-    # The older estimate: GPU idle time / tokens granted to the two groups in turn.
+    # The older estimate: GPU idle time / tokens granted to the two groups in
+    # turn. As for the handoff gap, the simulated GPU's context switch at
+    # each handoff comes on top of what gslice may add (GAP_ADDED_P50_US):
+    # no scheduler removes it (its target was 300 us flat, from before the
+    # switch was calibrated, and missed by the switch alone).
     handoffs = max(1, sum(pair["tokens_granted"].values()))
     result.add("30-70_1ms/mean_idle_per_grant", (1 - pair["busy_fraction"]) * seconds / handoffs * 1e6, "us",
-               at_most(300))
+               at_most(pair["handoffs"].get("context_switch_us", 0.0) + GAP_ADDED_P50_US))
     result.details = {name: {k: run[k] for k in ("shares", "busy_fraction", "tokens_granted", "handoffs")}
                       for name, run in (("two_by_four", two_by_four), ("four_4_streams", four), ("30-70_1ms", pair))}
     return result

@@ -106,3 +106,22 @@ def test_the_shim_going_away_cancels_its_waiting_calls(tmp_path):
     (waiting, cancelled), errors = serve(tmp_path, coordinator, client)
     assert (waiting, cancelled) == (1, 1)
     assert errors == []
+
+
+def test_a_call_split_across_reads_is_served_once_whole(tmp_path):
+    coordinator = ReleasesAnswered(Limits(max_streams_per_connection=4))
+
+    async def client(reader, writer):
+        data = b"".join(framed(client_pb2.ClientCall(call_id=n, release=client_pb2.ReleaseTokenRequest(
+            client_id="c", keep_lease=n % 2 == 0))) for n in (1, 2))
+        for cut in (3, 9, len(data) - 1):   # inside the first prefix, the first body, the second body
+            writer.write(data[:cut])
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(data[cut:])
+            answers = [await read_answer(reader), await read_answer(reader)]
+            assert [(a.call_id, a.release.lease_kept) for a in answers] == [(1, False), (2, True)]
+        return True
+
+    done, errors = serve(tmp_path, coordinator, client)
+    assert done and errors == []
