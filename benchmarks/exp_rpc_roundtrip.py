@@ -23,9 +23,9 @@ from results_io import Result, at_most
 ECHO_SERVER = Path(__file__).resolve().parent / "socket_echo_server.py"
 
 
-def echo_floor(calls: int) -> dict:
+def echo_floor(calls: int, program: Path | None = None) -> dict:
     """socket_echo's two modes against a fresh echo server: {mode: stats}."""
-    program = native_build.socket_echo()
+    program = program or native_build.socket_echo()
     with tempfile.TemporaryDirectory(prefix="gs-echo-", dir="/tmp") as folder:
         path = str(Path(folder) / "echo.sock")
         server = subprocess.Popen([sys.executable, str(ECHO_SERVER), path], stdout=subprocess.PIPE, text=True)

@@ -29,20 +29,23 @@ def stub_libcuda() -> Path:
     return lib_dir
 
 
-def socket_echo() -> Path:
-    out = BUILD / "socket_echo"
-    BUILD.mkdir(parents=True, exist_ok=True)
+def socket_echo(out: Path | None = None) -> Path:
+    out = out or BUILD / "socket_echo"
+    out.parent.mkdir(parents=True, exist_ok=True)
     _gcc(["hook/bench/socket_echo.c", "-lpthread", "-o", str(out)])
     return out
 
 
-def rpc_roundtrip() -> Path:
-    out = BUILD / "rpc_roundtrip"
-    BUILD.mkdir(parents=True, exist_ok=True)
+def rpc_roundtrip(out: Path | None = None, static: bool = False) -> Path:
+    """static: nghttp2 linked in too (for the real-GPU check's bundle: the
+    GPU machine has no libnghttp2)."""
+    out = out or BUILD / "rpc_roundtrip"
+    out.parent.mkdir(parents=True, exist_ok=True)
     sources = ["hook/bench/rpc_roundtrip.c", "hook/rpc_client.c", "hook/h2_connection.c", "hook/rpc_codec.c",
                "hook/calls_socket.c",
                str(NANOPB / "gslice/v1/client.pb.c"), str(NANOPB / "gslice/v1/common.pb.c")]
     runtime = subprocess.run(["gcc", "-print-file-name=libprotobuf-nanopb.a"], capture_output=True, text=True,
                              check=True).stdout.strip()
-    _gcc(["-Ihook", f"-I{NANOPB}", *sources, runtime, "-lnghttp2", "-lpthread", "-o", str(out)])
+    _gcc(["-Ihook", f"-I{NANOPB}", *sources, runtime, "-l:libnghttp2.a" if static else "-lnghttp2", "-lpthread",
+          "-o", str(out)])
     return out

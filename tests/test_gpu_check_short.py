@@ -30,6 +30,7 @@ EXPECTED_KEYS = {
     "quotas": ["quota_driver_cuMemAlloc"],
     "capture": ["capture_global", "capture_thread_local", "capture_relaxed"],
     "reclaim": ["trials"],
+    "rpc": ["round_trips", "echo_floor_p50_us"],
 }
 
 
@@ -105,6 +106,8 @@ def test_the_short_form_runs_every_section_from_the_installed_wheel(bundle, tmp_
     assert trial["nvml_gone_after_kill_ms"] is not None and trial["charge_dropped_after_kill_ms"] is not None
     for mode in ("global", "thread_local", "relaxed"):
         assert sections["capture"]["results"][f"capture_{mode}"]["tokens_around_replays"] >= 1
+    rpc = sections["rpc"]["results"]["round_trips"]
+    assert rpc["series"]["acquire_release"]["n"] > 0 and rpc["acquire_release_p50"]["value"] > 0
     quota = sections["quotas"]["results"]["quota_driver_cuMemAlloc"]
     assert quota["bare_got_past_quota"] and quota["refused_under_quota"]
     # $OUT: a few files the device tool brings back.

@@ -82,16 +82,38 @@ def prepare(bundle: Path, download_extras: bool = True) -> int:
         print(f"[prepare] pip download failed ({download.returncode}):\n{download.stdout[-2000:]}\n"
               f"{download.stderr[-2000:]}")
         return 1
+    programs = build_programs(bundle / "bin")
     files = sorted(wheels.glob("*.whl"))
     manifest = {"built_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
-                "wheels": {f.name: {"sha256": sha256(f), "bytes": f.stat().st_size} for f in files}}
+                "wheels": {f.name: {"sha256": sha256(f), "bytes": f.stat().st_size} for f in files},
+                "programs": programs}
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1))
     total = sum(f.stat().st_size for f in files)
     print(f"[prepare] {len(files)} wheels, {total / 2**20:.1f} MiB: {', '.join(f.name for f in files)}")
     print(f"[prepare] wheel of commit {manifest['commit']}{' (dirty tree)' if manifest['dirty'] else ''}; "
           f"carry {bundle.relative_to(ROOT) if bundle.is_relative_to(ROOT) else bundle} to the GPU machine")
     return verify(bundle) if download_extras else 0
+
+
+def build_programs(bin_dir: Path) -> dict:
+    """The C programs of section i (the shim's RPC round trips, sec_rpc.py),
+    built here: the GPU machine has no libnghttp2 and no nanopb, so nghttp2
+    is linked in. Best effort: without them section i says so and the rest
+    of the check runs."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import native_build
+
+    if bin_dir.exists():
+        shutil.rmtree(bin_dir)
+    built = {}
+    for name, build in (("rpc_roundtrip", lambda out: native_build.rpc_roundtrip(out, static=True)),
+                        ("socket_echo", native_build.socket_echo)):
+        try:
+            built[name] = sha256(build(bin_dir / name))
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"[prepare] {name} not built ({exc}): section i will say so", flush=True)
+    return built
 
 
 # What the GPU machine's Python has (FIELD-NOTES section 8): the bundle must import with exactly these.

@@ -39,6 +39,7 @@ SECTIONS = {
     "quotas": ("sec_memory", "quotas", 70, 20, "f: memory quotas per allocator (and JAX)"),
     "capture": ("sec_capture", "run", 50, 20, "g: graph capture and replay beside a busy group"),
     "reclaim": ("sec_memory", "kill_reclaim", 40, 20, "h: kill -9 reclaim against NVML"),
+    "rpc": ("sec_rpc", "run", 20, 20, "i: the shim's RPC round trips to tokend, beside the machine's echo floor"),
 }
 PYTEST_MIN_SECONDS = 40
 # A timed-out section gets this long after SIGTERM to clean up, then SIGKILL.
@@ -250,6 +251,12 @@ def highlights(name: str, res: dict) -> list[str]:
                            f"NVML gone after {_fmt(t.get('nvml_gone_after_kill_ms'))} ms, charge dropped after "
                            f"{_fmt(t.get('charge_dropped_after_kill_ms'))} ms (polls {_fmt(t.get('nvml_poll_ms'))} / "
                            f"{_fmt(t.get('charge_poll_ms'))} ms)")
+        elif name == "rpc" and "series" in res.get("round_trips", {}):
+            r = res["round_trips"]["series"]
+            out.append(f"p50/p99 us: acquire+release {_fmt(r['acquire_release']['p50_us'])}/"
+                       f"{_fmt(r['acquire_release']['p99_us'])}, reserve+release "
+                       f"{_fmt(r['reserve_release_memory']['p50_us'])}/{_fmt(r['reserve_release_memory']['p99_us'])}; "
+                       f"echo floor p50 {res.get('echo_floor_p50_us')}")
         elif name == "capture":
             for key, r in res.items():
                 if key.startswith("capture_"):
