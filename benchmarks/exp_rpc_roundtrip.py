@@ -40,6 +40,19 @@ def echo_floor(calls: int, program: Path | None = None) -> dict:
             server.wait()
 
 
+TRANSPORTS = {"unary": ("1", "1"), "stream": ("0", "1"), "socket": ("0", "0")}   # the program's two switches
+
+
+def client_round_trips(program: Path, exp, group: str, secret: str, calls: int, transport: str = "socket",
+                       timeout: float = 600) -> dict:
+    """The C client's series against exp's tokend (hook/bench/rpc_roundtrip.c's JSON)."""
+    unary, no_socket = TRANSPORTS[transport]
+    out = subprocess.run([str(program), str(exp.tokend.client_socket), group, secret, str(calls)],
+                         capture_output=True, text=True, timeout=timeout, check=True,
+                         env={**os.environ, "RPC_ROUNDTRIP_UNARY": unary, "RPC_ROUNDTRIP_NO_CALLS_SOCKET": no_socket})
+    return json.loads(out.stdout)
+
+
 def rpc_roundtrip(calls: int = 3000) -> Result:
     """The calls as the shim sends them (on client.calls), on the Calls
     stream (GSLICE_CALLS_SOCKET=0, or a daemon without the socket) and unary
@@ -50,12 +63,8 @@ def rpc_roundtrip(calls: int = 3000) -> Result:
     floors = [echo_floor(calls)]
     with SharingExperiment(gpu="sim") as exp:
         group = exp.add_group("bench", request=0.5, limit=1.0, memory="4GiB")  # uncapped: RPC cost, not pacing
-        for transport, unary, no_socket in (("unary", "1", "1"), ("stream", "0", "1"), ("socket", "0", "0")):
-            out = subprocess.run([str(program), str(exp.tokend.client_socket), "bench", group.secret, str(calls)],
-                                 capture_output=True, text=True, timeout=600, check=True,
-                                 env={**os.environ, "RPC_ROUNDTRIP_UNARY": unary,
-                                      "RPC_ROUNDTRIP_NO_CALLS_SOCKET": no_socket}).stdout
-            runs[transport] = json.loads(out)
+        for transport in TRANSPORTS:
+            runs[transport] = client_round_trips(program, exp, "bench", group.secret, calls, transport)
     floors.append(echo_floor(calls))
     pairs = {"acquire_release", "reserve_release_memory"}  # the figures with targets
     for name, stats in runs["socket"].items():

@@ -7,9 +7,7 @@ unix socket to a server that reads as tokend does, before the daemon's series
 (benchmarks/exp_rpc_roundtrip.py is the same measurement on the VM)."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from gslice.experiment import SharingExperiment
 from harness import Context, verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from exp_rpc_roundtrip import echo_floor  # noqa: E402
+from exp_rpc_roundtrip import client_round_trips, echo_floor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -40,9 +38,7 @@ def run(ctx: Context) -> None:
         rec.set("echo_floor_p50_us", {mode: stats["p50_us"] for mode, stats in echo_floor(calls, echo).items()})
     with SharingExperiment(ctx.work_dir / "exp", gpu=ctx.gpu) as exp:
         group = exp.add_group("rpc", request="50%", limit="100%", memory="4GiB")
-        out = subprocess.run([str(program), str(exp.tokend.client_socket), "rpc", group.secret, str(calls)],
-                             capture_output=True, text=True, timeout=max(30.0, ctx.left() - 5), check=True)
-    stats = json.loads(out.stdout)
+        stats = client_round_trips(program, exp, "rpc", group.secret, calls, timeout=max(30.0, ctx.left() - 5))
     rec.set("round_trips", {
         "what": f"{calls} uncontended pairs of each, from the shim's C client on client.calls; us",
         "series": stats,
