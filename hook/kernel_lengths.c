@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "real_driver.h"
+#include "stream_capture.h"
 
 /* Set when this thread's next checkpoint closes an interval during which the
  * GPU never ran dry (the previous checkpoint was still pending). */
@@ -59,9 +60,13 @@ void gs_gate_take_in_lengths_for_the_ask(gs_gate *g)
 #endif
     if (!gs_cu.cuEventQuery)
         return;
+    /* An application thread, outside the launch's RELAXED calls: a GLOBAL
+     * event query would invalidate another thread's GLOBAL capture. */
+    int mode = gs_capture_relax();
     pthread_mutex_lock(&g->checkpoint_mu);
     take_in_reached_locked(g, true);
     pthread_mutex_unlock(&g->checkpoint_mu);
+    gs_capture_restore(mode);
 }
 
 /* gs_gate_newest_pending_locked from a thread without the context (the keeper):
@@ -85,7 +90,9 @@ bool gs_gate_gpu_work_outstanding(gs_gate *g)
 {
     if (pthread_mutex_trylock(&g->checkpoint_mu) != 0)
         return true;
+    int mode = gs_capture_relax();   /* from an application's synchronisation too (gate_burst_end.c) */
     bool busy = gs_gate_newest_pending_any_thread_locked(g);
+    gs_capture_restore(mode);
     pthread_mutex_unlock(&g->checkpoint_mu);
     return busy;
 }

@@ -73,3 +73,20 @@ def test_many_global_captures_beside_the_shims_own_calls_on_another_thread(runne
     assert int(out["background_launches"]) > 0
     assert out["captures_failed"] == "0", (result.stdout, result.stderr)
     assert result.returncode == 0, (result.stdout, result.stderr)
+
+
+@pytest.mark.parametrize("think_us", [pytest.param(0, id="asks_with_checkpoints_pending"),
+                                      pytest.param(10_000, id="bursts_ended_at_their_synchronisation")])
+def test_a_held_global_capture_survives_the_gate_of_another_thread(runner, tokend, capture_probe, think_us):
+    """The shim's own event queries on an application thread run in RELAXED
+    mode wherever they happen: when its gate asks for a token with
+    checkpoints still pending (the lengths taken in for the ask), and when a
+    bursty holder's synchronisation checks for queued work (gate_burst_end.c).
+    A GLOBAL capture held open on another thread, with nothing in it, must
+    not be invalidated by them. Beside a busy group, the launching thread
+    asks for tokens again and again while the capture is open."""
+    result, out = capture_beside_a_busy_group(runner, tokend, capture_probe, "held", 1500, think_us)
+    assert out["stats_found"] == "1"
+    assert int(out["held_tokens"]) >= 3, (result.stdout, result.stderr)
+    assert out["end_rc"] == "0", (result.stdout, result.stderr)
+    assert result.returncode == 0, (result.stdout, result.stderr)

@@ -8,12 +8,24 @@
  *       (default 1): many capture starts, each one a chance to land while
  *       the background thread is inside the shim's own driver calls
  *
+ *   capture_probe held MS [THINK_US]
+ *     one GLOBAL capture held open MS milliseconds, with nothing launched
+ *     into it, while the background thread launches: without THINK_US
+ *     without synchronising (so its gate asks for tokens with checkpoints
+ *     still pending); with it, bursts of 8 kernels, each synchronised and
+ *     followed by THINK_US of think time (so its synchronisations end its
+ *     slices: gate_burst_end.c). Any potentially unsafe call the shim makes
+ *     from the background thread in GLOBAL mode invalidates the capture.
+ *     Prints end_rc, held_tokens (tokens the background thread acquired
+ *     while the capture was open), background_launches.
+ *
  * Prints key=value lines: end_rc (cuStreamEndCapture, the first failure's
  * if any), captures_failed, nodes (of the last capture), and for the
  * replays the shim's gate counters before/after (tokens, used_us). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +41,8 @@ static CUcontext ctx;
 static CUfunction sleep_kernel;
 static volatile int stop_background;
 static long background_launches;
+static int background_sync_every = 10;   /* launches between the background's synchronisations */
+static useconds_t background_think_us;   /* after each synchronisation */
 
 static void check(CUresult rc, const char *what)
 {
@@ -53,10 +67,12 @@ static void *background(void *arg)
     CUstream s;
     check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "bg cuStreamCreate");
     while (!stop_background) {
-        for (int i = 0; i < 10; i++)
+        for (int i = 0; i < background_sync_every; i++)
             check(launch_sleep(s, 200000), "bg launch");
-        background_launches += 10;
+        background_launches += background_sync_every;
         check(cuStreamSynchronize(s), "bg sync");
+        if (background_think_us)
+            usleep(background_think_us);
     }
     return NULL;
 }
@@ -68,18 +84,39 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* capture_probe held MS (see the top). */
+static int held_capture(CUstream s, int hold_ms, int (*stats)(gslice_shim_stats *))
+{
+    gslice_shim_stats before = {0}, after = {0};
+    if (stats)
+        stats(&before);
+    check(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture_v2");
+    usleep((useconds_t)hold_ms * 1000);
+    CUgraph graph = NULL;
+    CUresult end_rc = cuStreamEndCapture(s, &graph);
+    if (stats)
+        stats(&after);
+    stop_background = 1;
+    printf("end_rc=%d\nheld_tokens=%llu\nstats_found=%d\n", end_rc,
+           (unsigned long long)(after.tokens_acquired - before.tokens_acquired), stats != NULL);
+    fflush(stdout);
+    return end_rc == CUDA_SUCCESS ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 5 && argc != 6) {
-        fprintf(stderr, "usage: %s global|local|relaxed LAUNCHES KERNEL_NS REPLAYS [CAPTURES]\n", argv[0]);
+    bool held = (argc == 3 || argc == 4) && !strcmp(argv[1], "held");
+    if (argc != 5 && argc != 6 && !held) {
+        fprintf(stderr, "usage: %s global|local|relaxed LAUNCHES KERNEL_NS REPLAYS [CAPTURES] | held MS [THINK_US]\n",
+                argv[0]);
         return 2;
     }
     int mode = !strcmp(argv[1], "global") ? CU_STREAM_CAPTURE_MODE_GLOBAL
                : !strcmp(argv[1], "local") ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
                                            : CU_STREAM_CAPTURE_MODE_RELAXED;
-    int launches = atoi(argv[2]);
-    uint64_t kernel_ns = strtoull(argv[3], NULL, 10);
-    int replays = atoi(argv[4]);
+    int launches = held ? 0 : atoi(argv[2]);
+    uint64_t kernel_ns = held ? 0 : strtoull(argv[3], NULL, 10);
+    int replays = held ? 0 : atoi(argv[4]);
     int captures = argc == 6 ? atoi(argv[5]) : 1;
     int (*stats)(gslice_shim_stats *) = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
 
@@ -94,9 +131,20 @@ int main(int argc, char **argv)
     CUstream s;
     check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
+    if (held) {
+        background_think_us = argc == 4 ? (useconds_t)atoi(argv[3]) : 0;
+        /* Never synchronised: the FIFO holds 1024; the gate's bound keeps it far lower. */
+        background_sync_every = background_think_us ? 8 : 1000;
+    }
     pthread_t bg;
     pthread_create(&bg, NULL, background, NULL);
     usleep(50000);
+    if (held) {
+        int rc = held_capture(s, atoi(argv[2]), stats);
+        pthread_join(bg, NULL);
+        printf("background_launches=%ld\n", background_launches);
+        return rc;
+    }
 
     /* One capture spans many slices of the background work: a short host
      * pause every 100 launches, as a framework tracing Python would. Many
