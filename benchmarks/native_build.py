@@ -1,12 +1,21 @@
 """Builds the C benchmark programs in hook/bench/ into a cache folder."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
 NANOPB = ROOT / "build" / "native" / "nanopb"
+
+
+def _hook_build():
+    """hook/build.py, for its list of the RPC client's sources."""
+    spec = importlib.util.spec_from_file_location("gslice_hook_build", ROOT / "hook" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _gcc(args: list[str]) -> None:
@@ -41,8 +50,7 @@ def rpc_roundtrip(out: Path | None = None, static: bool = False) -> Path:
     GPU machine has no libnghttp2)."""
     out = out or BUILD / "rpc_roundtrip"
     out.parent.mkdir(parents=True, exist_ok=True)
-    sources = ["hook/bench/rpc_roundtrip.c", "hook/rpc_client.c", "hook/h2_connection.c", "hook/rpc_codec.c",
-               "hook/calls_socket.c",
+    sources = ["hook/bench/rpc_roundtrip.c", *(f"hook/{name}" for name in _hook_build().RPC_CLIENT_SOURCES),
                str(NANOPB / "gslice/v1/client.pb.c"), str(NANOPB / "gslice/v1/common.pb.c")]
     runtime = subprocess.run(["gcc", "-print-file-name=libprotobuf-nanopb.a"], capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -36,6 +36,11 @@ NGHTTP2_DIR = ROOT / "third_party" / "nghttp2" / "lib"
 # nanopb's runtime (pb_*.c, pb*.h), carried at the generator's version (0.4.7).
 NANOPB_RUNTIME_DIR = ROOT / "third_party" / "nanopb"
 
+# The RPC client and what it needs (no CUDA): also built alone, into the
+# C RPC tests' driver (tests/rpc_client) and the rpc_roundtrip benchmark.
+RPC_CLIENT_SOURCES = ["rpc_client.c", "rpc_call.c", "rpc_routes.c", "rpc_session.c", "rpc_io_thread.c",
+                      "h2_connection.c", "rpc_codec.c", "calls_socket.c"]
+
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fvisibility=hidden", "-fPIC", "-pthread", "-Wall", "-Wextra",
           "-ftls-model=initial-exec", "-fno-plt"]
 # nghttp2 built as upstream's static library (no visibility("default") on

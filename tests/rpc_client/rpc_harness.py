@@ -2,6 +2,7 @@
 tokend, run the driver as a scripted subprocess."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import shutil
@@ -20,7 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "hook"
 NANOPB_OUT = ROOT / "build" / "native" / "nanopb"
 NANOPB_RUNTIME = Path("/usr/lib/x86_64-linux-gnu/libprotobuf-nanopb.a")
-CLIENT_SOURCES = [HOOK / "rpc_client.c", HOOK / "h2_connection.c", HOOK / "rpc_codec.c", HOOK / "calls_socket.c"]
+
+
+def _hook_build():
+    spec = importlib.util.spec_from_file_location("gslice_hook_build", HOOK / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CLIENT_SOURCES = [HOOK / name for name in _hook_build().RPC_CLIENT_SOURCES]
 PB_SOURCES = [NANOPB_OUT / "gslice/v1/client.pb.c", NANOPB_OUT / "gslice/v1/common.pb.c"]
 
 
