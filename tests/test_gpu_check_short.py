@@ -28,7 +28,7 @@ EXPECTED_KEYS = {
     "caps": ["cap30_mm4096h", "cap30_mm16384bf", "nvml_by_run"],
     "latency": ["bursts_i_4096_sync4", "bursts_ii_8192_sync4", "bursts_iii_4096_nosync"],
     "quotas": ["quota_driver_cuMemAlloc"],
-    "capture": ["capture_global", "capture_thread_local", "capture_relaxed"],
+    "capture": ["capture_global", "capture_thread_local", "capture_relaxed", "capture_global_beside_own_launches"],
     "reclaim": ["trials"],
     "rpc": ["round_trips", "echo_floor_p50_us"],
 }
@@ -106,6 +106,8 @@ def test_the_short_form_runs_every_section_from_the_installed_wheel(bundle, tmp_
     assert trial["nvml_gone_after_kill_ms"] is not None and trial["charge_dropped_after_kill_ms"] is not None
     for mode in ("global", "thread_local", "relaxed"):
         assert sections["capture"]["results"][f"capture_{mode}"]["tokens_around_replays"] >= 1
+    beside_own = sections["capture"]["results"]["capture_global_beside_own_launches"]
+    assert beside_own["target"]["met"] and beside_own["shim"]["own_thread_launches"] > 0
     rpc = sections["rpc"]["results"]["round_trips"]
     assert rpc["series"]["acquire_release"]["n"] > 0 and rpc["acquire_release_p50"]["value"] > 0
     quota = sections["quotas"]["results"]["quota_driver_cuMemAlloc"]

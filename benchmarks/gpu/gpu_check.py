@@ -259,7 +259,10 @@ def highlights(name: str, res: dict) -> list[str]:
                        f"echo floor p50 {res.get('echo_floor_p50_us')}")
         elif name == "capture":
             for key, r in res.items():
-                if key.startswith("capture_"):
+                if key == "capture_global_beside_own_launches":
+                    out.append(f"{key}: {r.get('skipped') or r.get('error') or 'ok'} (the other thread launched "
+                               f"{r.get('shim', {}).get('own_thread_launches')} under gslice)")
+                elif key.startswith("capture_"):
                     out.append(f"{key}: tokens around replays {r.get('tokens_around_replays')}, "
                                f"{r.get('skipped') or r.get('error') or 'ok'}")
     except (KeyError, TypeError, AttributeError) as exc:

@@ -5,7 +5,13 @@ while it captures) of 1000 matmul+relu steps with sleeps inside, so it
 spans several of the shim's slices, while another group keeps the GPU busy.
 The same capture bare first (it must work without gslice, else the failure
 is the workload's). Tokens are counted only around the replays: the attach
-(and a lease at start) happened before."""
+(and a lease at start) happened before.
+
+Then a GLOBAL capture while another thread of the same process launches
+matmuls on its own stream without synchronising (legal in CUDA: that thread
+makes no potentially unsafe call), so that thread's gate asks for tokens
+during the capture: the shim's own calls on it must not invalidate the
+capture (they did now and then until 2026-11-28, test_capture.py)."""
 from __future__ import annotations
 
 from gslice.experiment import SharingExperiment
@@ -51,6 +57,22 @@ def run(ctx: Context) -> None:
                 except Exception as exc:
                     result["error"] = f"{type(exc).__name__}: {exc}"
                 rec.set(f"capture_{mode}", result)
+            bare, shim = workers["global"]
+            result = {"what": f"GLOBAL capture of {kernels} steps while another thread of the process launches "
+                              f"matmuls on its own stream, beside a busy group"}
+            try:
+                result["bare"] = bare.call("capture_beside_own_launches", 180, mode="global", kernels=kernels,
+                                           sleep_every=100)
+            except Exception as exc:
+                result["skipped"] = f"the capture fails bare too (the workload's failure, not gslice's): {exc}"
+            if "skipped" not in result:
+                try:
+                    result["shim"] = shim.call("capture_beside_own_launches", 180, mode="global", kernels=kernels,
+                                               sleep_every=100)
+                except Exception as exc:
+                    result["error"] = f"{type(exc).__name__}: {exc}"
+                result["target"] = verdict(int("shim" in result), low=1)
+            rec.set("capture_global_beside_own_launches", result)
             busy.call("neighbour_stop", 120)
         finally:
             busy.close()

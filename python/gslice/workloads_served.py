@@ -163,6 +163,20 @@ class DriverBackend:
         self.graph = graph_exec
         return {"nodes": kernels}
 
+    def launch_on_own_stream_until(self, stop, unit: str) -> int:
+        """In a thread of the caller's: launch `unit` on a stream of this
+        thread's own, never synchronising, until `stop` is set; then wait for
+        that stream alone. How many were launched."""
+        self.bind_thread()
+        stream = self.drv.stream()
+        n = 0
+        while not stop.is_set():
+            self.drv._check("cuLaunchKernel", self.drv.launch(self._function(unit), 1, 1, 1, 1, 1, 1, 0, stream,
+                                                              self._unit_params(unit), None))
+            n += 1
+        self.drv.synchronize(stream)
+        return n
+
     def replay(self, count: int) -> dict:
         for _ in range(count):
             self.drv._check("cuGraphLaunch", self.lib.cuGraphLaunch(self.graph, self.stream))
@@ -569,6 +583,35 @@ class Server:
         out["capture_s"] = time.monotonic() - t0
         return out
 
+    def capture_beside_own_launches(self, mode: str, kernels: int = 1000, sleep_every: int = 100,
+                                    unit: str = "mm4096h") -> dict:
+        """capture() while another thread of this process launches `unit` on
+        its own stream without synchronising: in GLOBAL mode a potentially
+        unsafe call made on that thread (by the application, or by a shim
+        underneath it) invalidates the capture."""
+        self.warm(unit)
+        stop = threading.Event()
+        launched: dict = {}
+
+        def launch():
+            try:
+                launched["n"] = self.b.launch_on_own_stream_until(stop, unit)
+            except BaseException as exc:  # reported below
+                launched["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=launch, daemon=True)
+        thread.start()
+        time.sleep(0.05)   # the thread is launching (and its gate asking for tokens) when the capture begins
+        try:
+            out = self.capture(mode, kernels, sleep_every)
+        finally:
+            stop.set()
+            thread.join(120)
+        if thread.is_alive() or "error" in launched:
+            raise RuntimeError(f"the launching thread failed: {launched.get('error', 'still running after 120 s')}")
+        out["own_thread_launches"] = launched["n"]
+        return out
+
     def replay(self, count: int) -> dict:
         t0 = time.monotonic()
         out = self.b.replay(count)
@@ -580,6 +623,7 @@ class Server:
         table = {"throughput": self.throughput, "launch": self.launch, "bursts": self.bursts,
                  "neighbour_start": self.neighbour_start, "neighbour_stop": self.neighbour_stop_op,
                  "alloc": self.alloc, "free": self.free, "capture": self.capture, "replay": self.replay,
+                 "capture_beside_own_launches": self.capture_beside_own_launches,
                  "shim_stats": shim_stats, "ping": lambda: {"pid": os.getpid()}}
         if op not in table:
             raise ValueError(f"op {op!r} is not one of {sorted(table)}")

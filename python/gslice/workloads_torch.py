@@ -110,6 +110,20 @@ class TorchBackend:
         self.graph, self.graph_out = graph, y
         return {"nodes": kernels}
 
+    def launch_on_own_stream_until(self, stop, unit: str) -> int:
+        """In a thread of the caller's: launch `unit` on a stream of this
+        thread's own, never synchronising, until `stop` is set; then wait for
+        that stream alone. How many were launched."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        n = 0
+        with torch.cuda.stream(side):
+            while not stop.is_set():
+                self.launch_unit(unit)
+                n += 1
+        side.synchronize()
+        return n
+
     def replay(self, count: int) -> dict:
         for _ in range(count):
             self.graph.replay()
