@@ -10,12 +10,13 @@ BUILD = ROOT / "build" / "bench"
 NANOPB = ROOT / "build" / "native" / "nanopb"
 
 
-def _hook_build():
-    """hook/build.py, for its list of the RPC client's sources."""
+def rpc_client_sources() -> list[Path]:
+    """The shim's RPC client without CUDA (hook/build.py's RPC_CLIENT_SOURCES):
+    built alone into rpc_roundtrip here and into the C RPC tests' driver."""
     spec = importlib.util.spec_from_file_location("gslice_hook_build", ROOT / "hook" / "build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return [ROOT / "hook" / name for name in module.RPC_CLIENT_SOURCES]
 
 
 def _gcc(args: list[str]) -> None:
@@ -50,7 +51,7 @@ def rpc_roundtrip(out: Path | None = None, static: bool = False) -> Path:
     GPU machine has no libnghttp2)."""
     out = out or BUILD / "rpc_roundtrip"
     out.parent.mkdir(parents=True, exist_ok=True)
-    sources = ["hook/bench/rpc_roundtrip.c", *(f"hook/{name}" for name in _hook_build().RPC_CLIENT_SOURCES),
+    sources = ["hook/bench/rpc_roundtrip.c", *map(str, rpc_client_sources()),
                str(NANOPB / "gslice/v1/client.pb.c"), str(NANOPB / "gslice/v1/common.pb.c")]
     runtime = subprocess.run(["gcc", "-print-file-name=libprotobuf-nanopb.a"], capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -1,6 +1,6 @@
 """Section i: the shim's RPC round trips to tokend on this machine (issue 23,
 item 4: acquire + release p50 at most 300 us from C). The C client the shim
-uses (hook/rpc_client.c, as `rpc_roundtrip`, built into the bundle by
+uses (hook/rpc_client.c and its modules, as `rpc_roundtrip`, built into the bundle by
 `bundle.py prepare`) against a tokend of the installed wheel, on client.calls;
 beside it, the machine's floor: an echo of a message of the same size over a
 unix socket to a server that reads as tokend does, before the daemon's series

@@ -2,10 +2,10 @@
 tokend, run the driver as a scripted subprocess."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import queue
 import shutil
+import sys
 import subprocess
 import tempfile
 import threading
@@ -17,20 +17,14 @@ import pytest
 
 from scripted_tokend import ScriptedTokend
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import native_build  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "hook"
 NANOPB_OUT = ROOT / "build" / "native" / "nanopb"
 NANOPB_RUNTIME = Path("/usr/lib/x86_64-linux-gnu/libprotobuf-nanopb.a")
-
-
-def _hook_build():
-    spec = importlib.util.spec_from_file_location("gslice_hook_build", HOOK / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CLIENT_SOURCES = [HOOK / name for name in _hook_build().RPC_CLIENT_SOURCES]
+CLIENT_SOURCES = native_build.rpc_client_sources()
 PB_SOURCES = [NANOPB_OUT / "gslice/v1/client.pb.c", NANOPB_OUT / "gslice/v1/common.pb.c"]
 
 
