@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import logging
 import os
 import re
@@ -32,8 +33,8 @@ from .metrics import TokendMetrics
 from .preempt_doorbell import PreemptDoorbell
 from .process_watch import Bypass, GpuProcessUse, find_bypass, kill
 from .rpc_guard import RpcFailure
-from .scheduler import Expire, Grant, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
-from .state_store import GroupStore, ReclaimStore, StoredGroup
+from .scheduler import Expire, Grant, GroupAccounting, GroupSpec, Priority, Revoke, Scheduler, SchedulerConfig
+from .state_store import AccountingStore, GroupStore, ReclaimStore, StoredGroup
 
 log = logging.getLogger("gslice.tokend")
 
@@ -118,6 +119,10 @@ class Coordinator:
         self.scheduler = Scheduler(config)
         self.ledger = MemoryLedger(reclaim_timeout)
         self.reclaim_store = ReclaimStore(store.state_dir)
+        self._reclaim_generations = itertools.count(1)  # orders the tables saved (ReclaimStore.save)
+        self.accounting_store = AccountingStore(store.state_dir)
+        self._accounting_generations = itertools.count(1)
+        self._accounting_saved_at: tuple[int, float] | None = None  # (decisions, charges) at the last save
         self._reclaims_dirty = False
         self._reclaims_saving = False
         self.reclaims_changed = asyncio.Event()  # the daemon's reclaim watch wakes up on it
@@ -133,7 +138,9 @@ class Coordinator:
         self.gpu_index = gpu.index
         self.client_socket = ""  # set by the daemon: reported in status for node agents
         self.loss_policy: dict[str, int] = {}  # group -> DaemonLossPolicy
-        self.flags: dict[str, str] = {}        # group -> why it was flagged at start-up
+        # group -> {field: why}: stored values this daemon cannot enforce as
+        # they are (see load_groups); the file keeps them until an UpdateGroup.
+        self.flags: dict[str, dict[str, str]] = {}
         self.state_note = ""
         self.unmanaged_processes: list[admin_pb2.GpuProcess] = []  # kept by the process watch
         self._reported_bypass: set[tuple[int, str]] = set()
@@ -150,20 +157,20 @@ class Coordinator:
         self._loop = loop
 
     def load_groups(self) -> None:
-        """Restore the persisted groups (before serving). A group whose stored
-        quota no longer fits the GPU (driver upgrade, MIG change) is loaded
-        with its quota cut to the GPU's memory and flagged, not refused: a
-        daemon that will not start leaves every process on the GPU waiting."""
+        """Restore the persisted groups (before serving). A stored value this
+        daemon cannot enforce as it is (a quota above the GPU's memory after a
+        driver or MIG change; a limit below one minimal quantum per window
+        after a change of --window or --quantum-min-ms) is fitted and the
+        group flagged, not refused: a daemon that will not start leaves every
+        process on the GPU waiting, and under Restart=always it never starts."""
         now = time.monotonic()
         stored_groups, self.state_note = self.store.load_or_recover()
         for stored in stored_groups:
-            spec = GroupSpec(stored.name, stored.request, stored.limit, stored.memory_quota, Priority(stored.priority))
-            if spec.memory_quota > self.gpu.memory_total:
-                self.flags[spec.name] = (
-                    f"stored memory_quota {spec.memory_quota} bytes exceeds the GPU's {self.gpu.memory_total} bytes "
-                    f"(driver or MIG change?); enforcing {self.gpu.memory_total} bytes until an UpdateGroup sets it")
-                spec = replace(spec, memory_quota=self.gpu.memory_total)
-                log.warning("group %r: %s", spec.name, self.flags[spec.name])
+            spec, fitted = self._fit_stored_group(stored)
+            if fitted:
+                self.flags[spec.name] = fitted
+                for why in fitted.values():
+                    log.warning("group %r: %s", spec.name, why)
             try:
                 self._check_spec(spec)
                 self._apply(self.scheduler.add_group(spec, now))
@@ -177,9 +184,30 @@ class Coordinator:
             self._members[spec.name] = {}
             self._publish_group_metrics(spec)
         self._restore_reclaims()
+        self._restore_accounting(now)
         if self.state_note:
             log.warning("%s", self.state_note)
         log.info("loaded %d group(s) from %s", len(self.secrets), self.store.path)
+
+    def _fit_stored_group(self, stored: StoredGroup) -> tuple[GroupSpec, dict[str, str]]:
+        """The spec to enforce for a stored group, and why, per field, it
+        differs from the stored one (empty when it does not)."""
+        spec = GroupSpec(stored.name, stored.request, stored.limit, stored.memory_quota, Priority(stored.priority))
+        fitted = {}
+        if spec.memory_quota > self.gpu.memory_total:
+            fitted["memory_quota"] = (
+                f"stored memory_quota {spec.memory_quota} bytes exceeds the GPU's {self.gpu.memory_total} bytes "
+                f"(driver or MIG change?); enforcing {self.gpu.memory_total} bytes until an UpdateGroup sets it")
+            spec = replace(spec, memory_quota=self.gpu.memory_total)
+        min_limit = self.scheduler.min_limit()
+        if spec.limit < min_limit:
+            fitted["limit"] = (
+                f"stored limit {spec.limit:g} is below this daemon's minimum of {min_limit:g} (one "
+                f"--quantum-min-ms of {self.scheduler.config.quantum_min * 1e3:g} ms per --window of "
+                f"{self.scheduler.config.window:g} s; changed since it was stored?); enforcing {min_limit:g} until an "
+                "UpdateGroup sets it")
+            spec = replace(spec, limit=min_limit)
+        return spec, fitted
 
     def _core(self, method, *args, **kwargs) -> None:
         """Call a scheduler method with the current time and apply its decisions."""
@@ -661,15 +689,21 @@ class Coordinator:
         policy = self.loss_policy if loss_policy is None else loss_policy
         labels = self.labels if labels is None else labels
         specs = {spec.name: spec for spec in self.scheduler.groups()}
-        table = [StoredGroup(name, spec.request, spec.limit, self._stored_quota(spec), int(spec.priority),
+        table = [StoredGroup(name, spec.request, self._kept_on_disk(spec, "limit"),
+                             self._kept_on_disk(spec, "memory_quota"), int(spec.priority),
                              secrets_table[name], labels=dict(labels.get(name, {})),
                              on_daemon_loss=policy.get(name, DAEMON_LOSS_WAIT))
                  for name, spec in specs.items()]
         await asyncio.to_thread(self.store.save, table)
 
-    def _stored_quota(self, spec: GroupSpec) -> int:
-        """A flagged group keeps its stored quota on disk until the operator sets one."""
-        return self.store.stored_quota(spec.name, spec.memory_quota) if spec.name in self.flags else spec.memory_quota
+    def _kept_on_disk(self, spec: GroupSpec, field_name: str):
+        """A field fitted at start-up keeps its stored value on disk until the
+        operator sets one (a daemon started once with other flags must not
+        rewrite what the operator chose)."""
+        stored = self.store.stored(spec.name)
+        if field_name in self.flags.get(spec.name, {}) and stored is not None:
+            return getattr(stored, field_name)
+        return getattr(spec, field_name)
 
     async def create_group(self, group: admin_pb2.Group) -> admin_pb2.CreateGroupReply:
         spec = self._spec_from_proto(group)
@@ -711,6 +745,10 @@ class Coordinator:
                              f"priority {changes['priority']} is not one of LOW=1, NORMAL=2, HIGH=3")
         if "priority" in changes:
             changes["priority"] = Priority(changes["priority"])
+        if not changes and not request.HasField("on_daemon_loss") and not request.rotate_secret:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"update of group {request.name!r} sets nothing: expected at least one of request, "
+                             "limit, memory_quota, priority, on_daemon_loss, rotate_secret")
         new = replace(old, **changes)
         self._check_spec(new)
         new_policy = dict(self.loss_policy)
@@ -720,15 +758,20 @@ class Coordinator:
         new_secrets = dict(self.secrets)
         if request.rotate_secret:
             new_secrets[new.name] = new_group_secret()
-        old_flag = self.flags.get(new.name)
-        if "memory_quota" in changes:
-            self.flags.pop(new.name, None)  # the operator has chosen a quota that fits
+        old_flags = self.flags.get(new.name)
+        if old_flags is not None:
+            # A field the operator has now set is theirs, and fits (checked above).
+            kept = {f: why for f, why in old_flags.items() if f not in changes}
+            if kept:
+                self.flags[new.name] = kept
+            else:
+                del self.flags[new.name]
         try:
             await self._save_groups(new_secrets, new_policy)
         except BaseException:
             self._core(self.scheduler.update_group, old)
-            if old_flag is not None:
-                self.flags[new.name] = old_flag
+            if old_flags is not None:
+                self.flags[new.name] = old_flags
             raise
         self.secrets = new_secrets
         self.loss_policy = new_policy
@@ -749,13 +792,16 @@ class Coordinator:
                             ("; secret rotated" if request.rotate_secret else ""))
         return self.group_proto(new)
 
-    async def delete_group(self, name: str) -> None:
-        self.scheduler.group(name)  # NotFound from the core
+    def _refuse_delete_while_attached(self, name: str) -> None:
         attached = [s.public_id for s in self._members.get(name, {}).values()]
         if attached:
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION,
                              f"group {name!r} still has {len(attached)} attached client(s) "
                              f"({', '.join(attached[:5])}{', ...' if len(attached) > 5 else ''}); stop them first")
+
+    async def delete_group(self, name: str) -> None:
+        self.scheduler.group(name)  # NotFound from the core
+        self._refuse_delete_while_attached(name)
         # Memory its departed processes left stays its own until the driver
         # frees it (another group must not be given it early): wait a moment.
         deadline = time.monotonic() + RESERVE_WAIT_FOR_RECLAIM
@@ -767,6 +813,7 @@ class Coordinator:
                 await asyncio.wait_for(asyncio.shield(waiter), deadline - time.monotonic())
         if self.ledger.group_pending(name):
             self.ledger.remove_group(name)  # FailedPrecondition: says what is pending
+        self._refuse_delete_while_attached(name)  # a client may have attached during the wait
         old = self.scheduler.group(name)
         self._core(self.scheduler.remove_group, name)
         remaining = {k: v for k, v in self.secrets.items() if k != name}
@@ -833,8 +880,7 @@ class Coordinator:
             if over:
                 notes.append(f"quota lowered below use ({used} > {spec.memory_quota} bytes): new reservations "
                              f"refused until use falls under {spec.memory_quota} bytes")
-            if spec.name in self.flags:
-                notes.append(self.flags[spec.name])
+            notes.extend(self.flags.get(spec.name, {}).values())
             notes.extend(self._reclaim_notes(spec.name, now))
             note = "; ".join(notes)
             reply.groups.append(admin_pb2.GroupStatus(
@@ -896,9 +942,9 @@ class Coordinator:
         try:
             while self._reclaims_dirty:
                 self._reclaims_dirty = False
-                table = self.ledger.pending_reclaims()
+                table, generation = self.ledger.pending_reclaims(), next(self._reclaim_generations)
                 try:
-                    await asyncio.to_thread(self.reclaim_store.save, table)
+                    await asyncio.to_thread(self.reclaim_store.save, table, generation)
                 except OSError as exc:
                     log.error("cannot save pending reclaims to %s: %s", self.reclaim_store.path, exc)
         finally:
@@ -907,9 +953,49 @@ class Coordinator:
     def _save_reclaims_now(self) -> None:
         self._reclaims_dirty = False
         try:
-            self.reclaim_store.save(self.ledger.pending_reclaims())
+            self.reclaim_store.save(self.ledger.pending_reclaims(), next(self._reclaim_generations))
         except OSError as exc:
             log.error("cannot save pending reclaims to %s: %s", self.reclaim_store.path, exc)
+
+    def _restore_accounting(self, now: float) -> None:
+        """The previous daemon's charges, back on the groups it had (see
+        AccountingStore): a capped group's window spans the restart."""
+        table, note = self.accounting_store.load()
+        if note:
+            log.warning("%s", note)
+        for name, entry in table.items():
+            if name not in self.secrets:
+                continue  # deleted while no daemon kept the file (or the table was restored from a backup)
+            try:
+                accounting = GroupAccounting(tuple(tuple(i) for i in entry["intervals"]), float(entry["pace_until"]),
+                                             float(entry["charged_total"]), entry["tokens_granted"],
+                                             entry["preemptions"], entry["expiries"])
+                self.scheduler.restore_accounting(name, accounting, now)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("charges of group %r in %s are unusable (%s); the group starts afresh",
+                            name, self.accounting_store.path, exc)
+
+    def _accounting_table(self, now: float) -> dict[str, GroupAccounting]:
+        return {spec.name: self.scheduler.accounting(spec.name, now) for spec in self.scheduler.groups()}
+
+    async def save_accounting(self) -> None:
+        """Every second (the daemon's loop): the charges, if any were made or
+        decided since the last save (on a worker thread: fsync must not stall grants)."""
+        changed_since = (self.scheduler.decisions, sum(self.scheduler.charged_total.values()))
+        if changed_since == self._accounting_saved_at:
+            return
+        self._accounting_saved_at = changed_since
+        table, generation = self._accounting_table(time.monotonic()), next(self._accounting_generations)
+        try:
+            await asyncio.to_thread(self.accounting_store.save, table, generation)
+        except OSError as exc:
+            log.error("cannot save group charges to %s: %s", self.accounting_store.path, exc)
+
+    def _save_accounting_now(self) -> None:
+        try:
+            self.accounting_store.save(self._accounting_table(time.monotonic()), next(self._accounting_generations))
+        except OSError as exc:
+            log.error("cannot save group charges to %s: %s", self.accounting_store.path, exc)
 
     def _restore_reclaims(self) -> None:
         entries, note = self.reclaim_store.load()
@@ -1008,6 +1094,7 @@ class Coordinator:
             self.detach(client_id, "tokend stopping", hold_memory=False)
         if self._reclaims_dirty or self.ledger.pending_reclaims():
             self._save_reclaims_now()  # the next daemon holds them too
+        self._save_accounting_now()  # after the detaches: they charged the holder's slice
 
 
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9./_-]{0,62}")

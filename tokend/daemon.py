@@ -39,6 +39,7 @@ from .state_store import GroupStore
 log = logging.getLogger("gslice.tokend")
 
 GAUGE_REFRESH_SECONDS = 1.0
+ACCOUNTING_SAVE_SECONDS = 1.0  # what a crash can lose of the groups' charges (state_store.AccountingStore)
 # While memory of departed processes awaits the driver, NVML's process list
 # is read this often: the memory is back within this (plus one query) of
 # NVML no longer listing the process (target: 50 ms).
@@ -112,7 +113,15 @@ class TokenDaemon:
         options.scheduler.validate()
         gpu = options.fake_gpu or discover(options.gpu)
         store = GroupStore(options.state_dir)
-        store.prepare()
+        store.prepare()  # locks the state directory: one daemon per directory
+        try:
+            return self._prepare_with_state(gpu, store)
+        except BaseException:
+            store.close()
+            raise
+
+    def _prepare_with_state(self, gpu, store: GroupStore) -> Coordinator:
+        options = self.options
         metrics = TokendMetrics(gpu.uuid)
         coordinator = Coordinator(gpu, options.scheduler, store, metrics, options.control_open_timeout,
                                   options.limits, reclaim_timeout=options.reclaim_timeout)
@@ -194,6 +203,7 @@ class TokenDaemon:
                 loop.add_signal_handler(signum, self.request_stop)
             log.info("tokend ready: clients on %s, admin on %s", self.client_socket, self.admin_socket)
             refresher = asyncio.create_task(self._refresh_gauges(coordinator))
+            accounting_saver = asyncio.create_task(self._save_accounting(coordinator))
             reclaim_watch = asyncio.create_task(self._watch_reclaims(coordinator))
             watcher = None
             if self.options.process_watch_seconds > 0 and self.options.fake_gpu is None:
@@ -201,6 +211,7 @@ class TokenDaemon:
             await self._stop.wait()
             log.info("stopping")
             refresher.cancel()
+            accounting_saver.cancel()
             reclaim_watch.cancel()
             if watcher is not None:
                 watcher.cancel()
@@ -227,6 +238,7 @@ class TokenDaemon:
             for path in (self.client_socket, self.admin_socket, self.pid_file):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+            coordinator.store.close()  # last: the state is written
             log.info("stopped")
 
     async def _watch_processes(self, coordinator: Coordinator) -> None:
@@ -268,6 +280,15 @@ class TokenDaemon:
             except Exception:
                 log.exception("observing GPU processes for pending reclaims failed")
             await asyncio.sleep(RECLAIM_POLL_SECONDS)
+
+    @staticmethod
+    async def _save_accounting(coordinator: Coordinator) -> None:
+        while True:
+            await asyncio.sleep(ACCOUNTING_SAVE_SECONDS)
+            try:
+                await coordinator.save_accounting()
+            except Exception:
+                log.exception("saving group charges failed")
 
     @staticmethod
     async def _refresh_gauges(coordinator: Coordinator) -> None:

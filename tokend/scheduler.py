@@ -397,6 +397,21 @@ class Expire:
 Decision = Union[Grant, Revoke, Expire]
 
 
+@dataclass(frozen=True)
+class GroupAccounting:
+    """What a group was charged, as a daemon restart must carry it over (see
+    Scheduler.accounting): the charged intervals still inside the window and
+    the smooth cap's pace (monotonic seconds, valid on the same boot), and
+    the counters since the group was created."""
+
+    intervals: tuple[tuple[float, float, float], ...]  # (start, end, point charge), sorted, disjoint
+    pace_until: float
+    charged_total: float
+    tokens_granted: int
+    preemptions: int
+    expiries: int
+
+
 class _Group:
     __slots__ = (
         "spec", "name", "request_usage", "capped", "cap", "priority", "limit",
@@ -531,11 +546,11 @@ class Scheduler:
             raise InvalidArgument(f"group spec {spec!r} is invalid: expected a GroupSpec")
         spec.validate()
         spec = replace(spec, priority=Priority(spec.priority))
-        if spec.limit * self._window < self.config.quantum_min:
+        if spec.limit < self.min_limit():
             raise InvalidArgument(
                 f"limit {spec.limit} for group {spec.name!r} allows {spec.limit * self._window:g} s per "
                 f"{self._window:g} s window, less than one minimal quantum ({self.config.quantum_min:g} s): "
-                f"expected limit >= {self.config.quantum_min / self._window:g}"
+                f"expected limit >= {self.min_limit():g}"
             )
         requests = {name: group.spec.request for name, group in self._groups.items() if name != replacing}
         requests[spec.name] = spec.request
@@ -544,6 +559,10 @@ class Scheduler:
             listed = ", ".join(f"{name}={_fmt(value)}" for name, value in sorted(requests.items()))
             raise RequestSumExceeded(f"requests would sum to {_fmt(total)} > 1.0 ({listed})")
         return spec
+
+    def min_limit(self) -> float:
+        """The smallest limit this configuration accepts: one minimal quantum per window."""
+        return self.config.quantum_min / self._window
 
     def add_group(self, spec: GroupSpec, now: float) -> list[Decision]:
         if isinstance(spec, GroupSpec) and spec.name in self._groups:
@@ -568,10 +587,9 @@ class Scheduler:
     def remove_group(self, name: str, now: float) -> list[Decision]:
         group = self._group(name)
         if group.clients:
-            raise FailedPrecondition(
-                f"group {name!r} still has {len(group.clients)} attached client(s) "
-                f"({', '.join(sorted(group.clients)[:5])}): detach them first"
-            )
+            # Counted, not named: a client id is its bearer credential.
+            raise FailedPrecondition(f"group {name!r} still has {len(group.clients)} attached client(s): "
+                                     "detach them first")
         now = self._clock(now)
         del self._groups[name]
         self._waiting_groups.pop(group, None)
@@ -1657,6 +1675,52 @@ class Scheduler:
 
     def share(self, group: str, now: float) -> float:
         return self.usage(group, now) / self._window
+
+    def accounting(self, group: str, now: float) -> GroupAccounting:
+        """`group`'s charges, for the next daemon (restore_accounting). The
+        holder's slice so far is not in it: a daemon stops after its clients
+        are detached, which charges them."""
+        target = self._group(group)
+        self._usage(target, self._clock(now))  # drops what left the window
+        return GroupAccounting(tuple((start, end, point) for start, end, point in target.intervals),
+                               target.pace_until, self.charged_total[target.name],
+                               self.tokens_granted[target.name], self.preemptions[target.name],
+                               self.expiries[target.name])
+
+    def restore_accounting(self, group: str, accounting: GroupAccounting, now: float) -> None:
+        """Carry a previous daemon's charges over to `group`, just added and
+        not yet charged: its window usage, smooth-cap pace and counters go on
+        where they stopped, so a cap holds across a restart and counters keep
+        counting since the group was created. Times are this clock's (the
+        same boot); intervals must be sorted, disjoint and not after `now`."""
+        target = self._group(group)
+        now = self._clock(now)
+        if target.intervals or self.charged_total[target.name] or target.clients:
+            raise FailedPrecondition(f"group {group!r} already has charges or clients: restore only a new group")
+        previous_end = -math.inf
+        for interval in accounting.intervals:
+            start, end, point = interval
+            if not all(_is_real(v) and math.isfinite(v) for v in interval) or not (
+                    previous_end <= start <= end <= now and point >= 0.0):
+                raise InvalidArgument(f"interval {interval!r} of group {group!r} is invalid: expected finite "
+                                      f"start <= end <= now ({now:g}), after the previous one, point >= 0")
+            previous_end = end
+        counters = (accounting.tokens_granted, accounting.preemptions, accounting.expiries)
+        if not all(isinstance(c, int) and c >= 0 for c in counters) or not (
+                _is_real(accounting.charged_total) and math.isfinite(accounting.charged_total)
+                and accounting.charged_total >= 0.0) or not _is_real(accounting.pace_until) or math.isnan(
+                accounting.pace_until):
+            raise InvalidArgument(f"counters {accounting!r} of group {group!r} are invalid: expected counts >= 0 "
+                                  "and finite seconds >= 0")
+        target.intervals.extend([start, end, point] for start, end, point in accounting.intervals)
+        target.charged = sum(end - start + point for start, end, point in accounting.intervals)
+        if accounting.intervals:
+            target.last_active = max(target.last_active, accounting.intervals[-1][1])
+        target.pace_until = max(target.pace_until, min(accounting.pace_until, now + self._window))
+        self.charged_total[target.name] = accounting.charged_total
+        self.tokens_granted[target.name] = accounting.tokens_granted
+        self.preemptions[target.name] = accounting.preemptions
+        self.expiries[target.name] = accounting.expiries
 
     def busy_fraction(self, now: float) -> float:
         """Charged time of all live groups over the window / window (at most 1)."""

@@ -91,6 +91,8 @@ def _cases(env):
          lambda: admin.UpdateGroup(admin_pb2.UpdateGroupRequest(name="base", priority=7), timeout=5)),
         ("UpdateGroup", "FAILED_PRECONDITION", "sum to 1.10",  # with group 'other' at 0.4
          lambda: admin.UpdateGroup(admin_pb2.UpdateGroupRequest(name="base", request=0.7, limit=0.7), timeout=5)),
+        ("UpdateGroup", "INVALID_ARGUMENT", "sets nothing: expected at least one of request",
+         lambda: admin.UpdateGroup(admin_pb2.UpdateGroupRequest(name="base"), timeout=5)),
         ("UpdateGroup", "NOT_FOUND", "'ghost' does not exist",
          lambda: admin.UpdateGroup(admin_pb2.UpdateGroupRequest(name="ghost", request=0.1), timeout=5)),
         ("DeleteGroup", "FAILED_PRECONDITION", "1 attached client",

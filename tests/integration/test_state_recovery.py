@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 GiB = 1024**3
 
 
@@ -64,3 +66,77 @@ def test_flags_the_protocol_cannot_carry_are_refused(tmp_path):
          "--quantum-max-ms", "5000000"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "--quantum-max-ms" in result.stderr and "uint32" in result.stderr
+
+
+def test_stored_limit_below_a_changed_minimum_starts_with_the_group_flagged(tokend_factory):
+    """--quantum-min-ms raised since the group was stored: its limit now allows
+    less than one minimal quantum per window. tokend refused to start (and
+    under Restart=always never started again); now it enforces the minimum,
+    says so, and keeps the operator's value on disk until they set one."""
+    tokend = tokend_factory(gpu="fake", window=10)
+    tokend.admin().create_group("tiny", request=0.001, limit=0.002, memory="1GiB")  # 20 ms per 10 s window
+    tokend.stop()
+    tokend.args += ["--quantum-min-ms", "50"]  # minimum limit now 50 ms / 10 s = 0.005
+    tokend.start()
+    admin = tokend.admin()
+    tiny = admin.status().group("tiny")
+    assert tiny.flagged and tiny.group.limit == pytest.approx(0.005)
+    assert "stored limit 0.002" in tiny.note and "--quantum-min-ms" in tiny.note
+    stored = json.loads((tokend.state_dir / "groups.json").read_text())["groups"][0]
+    assert stored["limit"] == 0.002  # the operator's value, untouched by the daemon
+    admin.update_group("tiny", memory="2GiB")  # another field: the limit stays flagged and kept
+    assert admin.status().group("tiny").flagged
+    assert json.loads((tokend.state_dir / "groups.json").read_text())["groups"][0]["limit"] == 0.002
+    admin.update_group("tiny", limit=0.01)
+    assert not admin.status().group("tiny").flagged
+    assert json.loads((tokend.state_dir / "groups.json").read_text())["groups"][0]["limit"] == 0.01
+
+
+def test_a_second_daemon_on_the_same_state_directory_is_refused_and_changes_nothing(tokend_factory, tmp_path):
+    """Two GPUs' daemons left on the default --state-dir: the second loaded
+    and then overwrote the first one's table (and removed its in-flight temp
+    files) before failing, if it failed at all."""
+    first = tokend_factory(gpu="fake")
+    first.admin().create_group("a", request=0.2, memory="1GiB")
+    in_flight = first.state_dir / ".groups.json.inflight.tmp"
+    in_flight.write_text("a save of the first daemon, not yet renamed")
+    table = (first.state_dir / "groups.json").read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", "gslice.tokend", "--state-dir", str(first.state_dir), "--socket-dir",
+         str(tmp_path / "other-sockets"), "--fake-gpu", "GPU-other,fake,1000000000"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"state directory {first.state_dir} is in use by another tokend (pid {first.pid})" in result.stderr
+    assert in_flight.exists() and (first.state_dir / "groups.json").read_bytes() == table
+    first.admin().create_group("b", request=0.2, memory="1GiB")  # the first daemon is unharmed
+    first.restart()  # and its lock went with it
+    assert [g.group.name for g in first.admin().status().groups] == ["a", "b"]
+
+
+def test_a_table_lost_to_corruption_is_still_reported_after_the_next_restart(tokend_factory):
+    tokend = tokend_factory(gpu="fake")
+    tokend.stop()
+    (tokend.state_dir / "groups.json").write_text("{not json")
+    tokend.start()
+    tokend.restart()  # before: the note was in memory only, and this start looked like a fresh node
+    note = tokend.admin().status().state_note
+    assert "groups.json.corrupt-" in note and "started with no groups" in note
+    tokend.admin().create_group("a", request=0.2, memory="1GiB")  # the operator has acted
+    tokend.restart()
+    assert tokend.admin().status().state_note == ""
+
+
+@pytest.mark.parametrize("pending", [{"x": 1}, [None], [{"group": "a", "pid": 7, "bytes": 0, "client": "c",
+                                                        "since": 1.0, "since_wall": 1.0, "last_listed": 1.0,
+                                                        "seen_listed": False, "lists_since": 0}]],
+                         ids=["not_a_list", "an_entry_not_an_object", "an_entry_of_zero_bytes"])
+def test_a_reclaim_table_of_the_wrong_shape_is_reported_and_the_daemon_starts(tokend_factory, pending):
+    tokend = tokend_factory(gpu="fake")
+    tokend.admin().create_group("a", request=0.2, memory="1GiB")
+    tokend.stop()
+    boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    (tokend.state_dir / "reclaims.json").write_text(json.dumps({"version": 1, "boot_id": boot_id,
+                                                                "pending": pending}))
+    tokend.start()  # before: AttributeError or InvalidArgument, "cannot start"
+    assert tokend.admin().status().group("a").memory_used == 0
+    assert "reclaims.json is unusable" in tokend.log_tail(80)

@@ -97,8 +97,13 @@ def test_group_store_round_trip_modes_and_no_leftovers(tmp_path):
     assert stat.S_IMODE(os.stat(store.state_dir).st_mode) == 0o700
     store.save(groups[:1])
     assert store.load() == groups[:1]
-    # no temp files left behind; the previous table kept as the backup
-    assert sorted(os.listdir(store.state_dir)) == ["groups.json", "groups.json.bak"]
+    # no temp files left behind; the previous table kept as the backup; the lock while the store is open
+    assert sorted(os.listdir(store.state_dir)) == ["groups.json", "groups.json.bak", "tokend.lock"]
+    with pytest.raises(StateError, match=f"state directory {store.state_dir} is in use by another tokend "
+                                         f"\\(pid {os.getpid()}\\)"):
+        GroupStore(store.state_dir).prepare()
+    store.close()
+    GroupStore(store.state_dir).prepare()  # released
 
 
 @pytest.mark.parametrize("content, message", [
