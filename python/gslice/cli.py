@@ -1,11 +1,13 @@
 """`gslice`: the operator's command line.
 
-Exit status: 0 ok, 1 error (one line on stderr), 2 usage."""
+Exit status: 0 ok, 1 error (one line on stderr), 2 usage, 141 the reader of
+stdout went away (`gslice watch | head`)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -18,6 +20,34 @@ from .errors import GsliceError
 
 USAGE_EXIT = 2
 ERROR_EXIT = 1
+# What a process killed by SIGPIPE reports (128 + 13), as `yes | head` does:
+# the reader went away, which is neither success nor gslice's own error.
+BROKEN_PIPE_EXIT = 141
+# `group set` flags that change something (dest -> flag), for the refusal of a set without any.
+GROUP_SET_FLAGS = {"request": "--request", "limit": "--limit", "memory": "--memory", "priority": "--priority",
+                   "on_daemon_loss": "--on-daemon-loss", "rotate_secret": "--rotate-secret"}
+
+
+def _positive_count(text: str) -> int:
+    """--count / --iterations: 0 would mean one event anyway (watch) or nothing at all (top)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1, e.g. 10")
+    return value
+
+
+def _interval_seconds(text: str) -> float:
+    """--interval: time.sleep refuses negatives, nan and inf (with a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0, e.g. 1 or 0.5")
+    return value
 
 
 def _admin(args):
@@ -56,7 +86,7 @@ or simply: gslice run --group {shlex.quote(name)} -- COMMAND ...""")
 def cmd_group_create(args) -> int:
     with _admin(args) as admin:
         created = admin.create_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
-                                     priority=args.priority)
+                                     priority=args.priority, on_daemon_loss=args.on_daemon_loss)
         client_socket = _client_socket(args, admin)
     from .cli_tables import groups_table
     print(f"created group {created.group.name!r}")
@@ -66,6 +96,10 @@ def cmd_group_create(args) -> int:
 
 
 def cmd_group_set(args) -> int:
+    if not any(getattr(args, dest) not in (None, False) for dest in GROUP_SET_FLAGS):
+        print(f"gslice group set {args.name}: nothing to change; give at least one of "
+              f"{', '.join(GROUP_SET_FLAGS.values())}", file=sys.stderr)
+        return USAGE_EXIT
     with _admin(args) as admin:
         group = admin.update_group(args.name, request=args.request, limit=args.limit, memory=args.memory,
                                    priority=args.priority, rotate_secret=args.rotate_secret,
@@ -264,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--limit", default=None, help="cap on the share (default: the request)")
     create.add_argument("--memory", required=True, help="GPU memory quota, e.g. 4GiB")
     create.add_argument("--priority", default="normal", choices=["low", "normal", "high"])
+    create.add_argument("--on-daemon-loss", choices=["wait", "open"], default=None,
+                        help="what the group's processes do while tokend is unreachable (default wait)")
     create.set_defaults(func=cmd_group_create)
     update = group_sub.add_parser("set", help="change a group (only the given fields)")
     update.add_argument("name")
@@ -299,14 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     client_rm.set_defaults(func=cmd_client_rm)
 
     top = sub.add_parser("top", help="live status, refreshed every second until Ctrl-C")
-    top.add_argument("--iterations", type=int, default=None, help="stop after N refreshes")
-    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--iterations", type=_positive_count, default=None, help="stop after N refreshes (N >= 1)")
+    top.add_argument("--interval", type=_interval_seconds, default=1.0, help="seconds between refreshes (default 1)")
     top.set_defaults(func=cmd_top)
 
     from gslice.tokend.__main__ import add_arguments
     watch = sub.add_parser("watch", help="print the daemon's events as they happen, until Ctrl-C")
     watch.add_argument("--json", action="store_true", help="one JSON object per line")
-    watch.add_argument("--count", type=int, default=None, help="stop after this many events")
+    watch.add_argument("--count", type=_positive_count, default=None, help="stop after this many events (>= 1)")
     watch.set_defaults(func=cmd_watch)
 
     tokend = sub.add_parser("tokend", help="run the token daemon for one GPU in the foreground")
@@ -344,12 +380,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone by then is handled below too
+        return code
+    except BrokenPipeError:
+        # `gslice watch | head -3`: the reader has what it wanted. Output still
+        # buffered goes to /dev/null, or Python's flush at exit fails again.
+        _stdout_to_devnull()
+        return BROKEN_PIPE_EXIT
     except GsliceError as exc:
         print(f"gslice: {exc}", file=sys.stderr)
         return ERROR_EXIT
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a file (a test's capture): nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, descriptor)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

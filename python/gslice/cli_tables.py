@@ -41,9 +41,9 @@ def owner_text(labels: dict[str, str]) -> str:
 def groups_table(groups: list[Group]) -> str:
     if not groups:
         return "no groups (create one with: gslice group create NAME --request 30% --memory 4GiB)"
-    return table(["GROUP", "REQUEST", "LIMIT", "MEMORY", "PRIORITY", "FOR"],
+    return table(["GROUP", "REQUEST", "LIMIT", "MEMORY", "PRIORITY", "ON DAEMON LOSS", "FOR"],
                  [[g.name, format_share(g.request), format_share(g.limit), format_bytes(g.memory_quota),
-                   g.priority.name.lower(), owner_text(g.labels)] for g in groups])
+                   g.priority.name.lower(), g.on_daemon_loss, owner_text(g.labels)] for g in groups])
 
 
 def status_text(status: Status) -> str:
@@ -72,6 +72,10 @@ def status_text(status: Status) -> str:
         for g in status.groups:
             if g.group.labels:
                 lines.append(f"for: {g.group.name}: {owner_text(g.group.labels)}")
+        for g in status.groups:
+            # Only the exception: "wait" is every group's default.
+            if g.group.on_daemon_loss == "open":
+                lines.append(f"on daemon loss: {g.group.name}: open (runs unmetered while tokend is unreachable)")
         for g in status.groups:
             if g.note:
                 lines.append(f"note: {g.group.name}: {g.note}")

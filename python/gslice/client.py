@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -47,6 +48,23 @@ class Priority(enum.IntEnum):
         raise InvalidValue(f"priority {value!r} is not one of: low, normal, high")
 
 
+# What a group's processes do while tokend is unreachable (the protocol's DaemonLossPolicy).
+DAEMON_LOSS_POLICIES = {"wait": common_pb2.DAEMON_LOSS_WAIT, "open": common_pb2.DAEMON_LOSS_OPEN}
+
+
+def _loss_policy_name(value: int) -> str:
+    for name, number in DAEMON_LOSS_POLICIES.items():
+        if number == value:
+            return name
+    return "wait"  # DAEMON_LOSS_UNSPECIFIED: the daemon treats it as wait
+
+
+def _loss_policy_number(value) -> int:
+    if not isinstance(value, str) or value not in DAEMON_LOSS_POLICIES:
+        raise InvalidValue(f"on_daemon_loss {value!r} is not one of: {', '.join(DAEMON_LOSS_POLICIES)}")
+    return DAEMON_LOSS_POLICIES[value]
+
+
 @dataclass(frozen=True)
 class Group:
     name: str
@@ -55,17 +73,21 @@ class Group:
     memory_quota: int
     priority: Priority
     labels: dict[str, str] = field(default_factory=dict)  # who it is for, e.g. gslice.dev/claim
+    on_daemon_loss: str = "wait"  # "wait" or "open": see DAEMON_LOSS_POLICIES
 
     @classmethod
     def from_proto(cls, group: admin_pb2.Group) -> "Group":
         return cls(group.name, group.request, group.limit, group.memory_quota,
-                   Priority(group.priority or Priority.NORMAL), dict(group.labels))
+                   Priority(group.priority or Priority.NORMAL), dict(group.labels),
+                   _loss_policy_name(group.on_daemon_loss))
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["priority"] = self.priority.name.lower()
         if not self.labels:
             del data["labels"]  # the JSON of unlabelled groups stays as it was
+        if self.on_daemon_loss == "wait":
+            del data["on_daemon_loss"]  # likewise: absent means the default, wait
         return data
 
 
@@ -201,6 +223,25 @@ def health_status(socket_path: str | os.PathLike, timeout: float = 1.0) -> str:
 _GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
+def _check_text(what: str, value) -> str:
+    if not isinstance(value, str):
+        raise InvalidValue(f"{what} {value!r} has type {type(value).__name__}; expected a str")
+    return value
+
+
+def check_labels(labels) -> dict[str, str]:
+    """`labels` as a dict of str to str (None: none), else InvalidValue naming the entry."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise InvalidValue(f"labels {labels!r} has type {type(labels).__name__}; expected a dict of str to str")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidValue(f"label {key!r}: {value!r} has types {type(key).__name__}: {type(value).__name__}; "
+                               "labels must map str to str, e.g. {'team': 'vision'}")
+    return dict(labels)
+
+
 def check_group_name(name: str) -> str:
     if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
         raise InvalidValue(f"group name {name!r} is invalid: expected 1 to 63 characters of [A-Za-z0-9._-] "
@@ -290,17 +331,22 @@ class Client:
 
     # -- groups
     def create_group(self, name: str, request, limit=None, memory="4GiB", priority="normal",
-                     labels: dict[str, str] | None = None) -> CreatedGroup:
+                     labels: dict[str, str] | None = None, on_daemon_loss: str | None = None) -> CreatedGroup:
         """Create a group; `limit` defaults to `request`; `labels` say who it is
-        for (kept by tokend, shown by the CLI). Returns the group and its secret."""
+        for (kept by tokend, shown by the CLI); `on_daemon_loss` ("wait", the
+        daemon's default, or "open") is what its processes do while tokend is
+        unreachable. Returns the group and its secret."""
         check_group_name(name)
+        labels = check_labels(labels)
         request_share = parse_share(request)
         limit_share = request_share if limit is None else parse_share(limit)
         if limit_share < request_share:
             raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
         group = admin_pb2.Group(name=name, request=request_share, limit=limit_share,
                                 memory_quota=parse_bytes(memory), priority=int(Priority.parse(priority)),
-                                labels=labels or {})
+                                labels=labels)
+        if on_daemon_loss is not None:
+            group.on_daemon_loss = _loss_policy_number(on_daemon_loss)
         reply = self._call("CreateGroup", admin_pb2.CreateGroupRequest(group=group))
         return CreatedGroup(Group.from_proto(reply.group), reply.secret)
 
@@ -308,7 +354,15 @@ class Client:
                      rotate_secret: bool = False, on_daemon_loss: str | None = None) -> Group:
         """Change the given fields only; returns the group as it is now."""
         check_group_name(name)
-        update = admin_pb2.UpdateGroupRequest(name=name, rotate_secret=bool(rotate_secret))
+        # bool("false") is True: only a real bool may rotate (and detach every process).
+        if not isinstance(rotate_secret, bool):
+            raise InvalidValue(f"rotate_secret {rotate_secret!r} has type {type(rotate_secret).__name__}; "
+                               "expected True or False")
+        if all(v is None for v in (request, limit, memory, priority, on_daemon_loss)) and not rotate_secret:
+            # The daemon would save the same group and announce a change that is none.
+            raise InvalidValue(f"update_group({name!r}) changes nothing: give at least one of request, limit, "
+                               "memory, priority, on_daemon_loss, or rotate_secret=True")
+        update = admin_pb2.UpdateGroupRequest(name=name, rotate_secret=rotate_secret)
         if request is not None:
             update.request = parse_share(request)
         if limit is not None:
@@ -318,9 +372,7 @@ class Client:
         if priority is not None:
             update.priority = int(Priority.parse(priority))
         if on_daemon_loss is not None:
-            if on_daemon_loss not in ("wait", "open"):
-                raise InvalidValue(f"on_daemon_loss {on_daemon_loss!r} is not 'wait' or 'open'")
-            update.on_daemon_loss = common_pb2.DAEMON_LOSS_OPEN if on_daemon_loss == "open" else common_pb2.DAEMON_LOSS_WAIT
+            update.on_daemon_loss = _loss_policy_number(on_daemon_loss)
         if request is not None and limit is not None and update.limit < update.request:
             raise InvalidValue(f"limit {limit!r} is below request {request!r}; the limit must be >= the request")
         return Group.from_proto(self._call("UpdateGroup", update))
@@ -342,7 +394,9 @@ class Client:
 
     def remove_client(self, public_id: str, reason: str = "") -> None:
         """Detach one attached client now (named as status shows it)."""
-        self._call("RemoveClient", admin_pb2.RemoveClientRequest(public_id=public_id, reason=reason))
+        request = admin_pb2.RemoveClientRequest(public_id=_check_text("client id", public_id),
+                                                reason=_check_text("reason", reason))
+        self._call("RemoveClient", request)
 
     # -- observing
     def status(self) -> Status:

@@ -2,6 +2,7 @@
 and GPU shares (0.3, "30%", "0.3")."""
 from __future__ import annotations
 
+import decimal
 import math
 import re
 
@@ -34,10 +35,7 @@ def parse_bytes(value: int | float | str) -> int:
         match = _BYTES_RE.match(value)
         if not match or match.group(2).lower() not in _BYTE_UNITS:
             raise InvalidValue(f"memory size {value!r} is not understood; expected {_BYTES_ACCEPTED}")
-        scaled = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
-        number = int(round(scaled))
-        if abs(scaled - number) > 1e-6 * max(1.0, scaled):
-            raise InvalidValue(f"memory size {value!r} is not a whole number of bytes; expected {_BYTES_ACCEPTED}")
+        number = _scaled_size(value, match.group(1), _BYTE_UNITS[match.group(2).lower()])
     else:
         raise InvalidValue(f"memory size {value!r} has type {type(value).__name__}; expected {_BYTES_ACCEPTED}")
     if number <= 0:
@@ -45,6 +43,29 @@ def parse_bytes(value: int | float | str) -> int:
     if number > MAX_BYTES:
         raise InvalidValue(f"memory size {value!r} is larger than the protocol's limit of {MAX_BYTES} bytes")
     return number
+
+
+def _scaled_size(value: str, digits: str, unit: int) -> int:
+    """`digits` (as the pattern matched them) times `unit`, exactly: a float
+    would turn 9007199254740993 into ...992 and sizes near 2**64 into others."""
+    whole, _, fraction = digits.partition(".")
+    whole = whole.lstrip("0")
+    # More digits than MAX_BYTES has is larger than it whatever the unit; the
+    # check also keeps int() and Decimal below their limits on huge strings.
+    if len(whole) > len(str(MAX_BYTES)):
+        raise InvalidValue(f"memory size {value!r} is larger than the protocol's limit of {MAX_BYTES} bytes")
+    fraction = fraction.rstrip("0")
+    if not fraction:
+        return int(whole or "0") * unit
+    # Every unit divides 10**12 * 2**40 at most: more decimals than 40 never make whole bytes.
+    if len(fraction) > 40:
+        raise InvalidValue(f"memory size {value!r} is not a whole number of bytes; expected {_BYTES_ACCEPTED}")
+    with decimal.localcontext() as exact:
+        exact.prec = 100  # > 21 + 40 + 13 digits: the product below is never rounded
+        scaled = decimal.Decimal(f"{whole or '0'}.{fraction}") * unit
+    if scaled != scaled.to_integral_value():
+        raise InvalidValue(f"memory size {value!r} is not a whole number of bytes; expected {_BYTES_ACCEPTED}")
+    return int(scaled)
 
 
 def format_bytes(value: int) -> str:

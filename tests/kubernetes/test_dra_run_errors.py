@@ -33,3 +33,35 @@ def test_without_the_kubernetes_extra(tmp_path, capsys, monkeypatch):
     code, err = _run(tmp_path, capsys)
     assert code == 1
     assert "pip install 'gslice[kubernetes]'" in err and "Traceback" not in err, err
+
+
+@pytest.fixture
+def api_configured(monkeypatch):
+    """An API server (in memory) and no signal handlers left behind by cmd_run."""
+    from gslice.kubernetes import cluster_api
+    from gslice.kubernetes.fake_cluster import InMemoryCluster
+    monkeypatch.setattr(cluster_api, "KubernetesApi", InMemoryCluster)
+    monkeypatch.setattr("signal.signal", lambda *args: None)
+
+
+def test_a_registry_dir_that_cannot_be_made_is_one_line(tmp_path, capsys, api_configured):
+    (tmp_path / "registry").write_text("a file where the folder should be")
+    code, err = _run(tmp_path, capsys)
+    assert code == 1
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert "gslice-dra: cannot make the registration socket (--registry-dir)" in err, err
+    assert str(tmp_path / "registry") in err
+    # The DRA socket, made before, is not left behind.
+    assert list((tmp_path / "plugins").rglob("*.sock")) == []
+
+
+def test_a_socket_path_too_long_is_one_line(tmp_path, capsys, api_configured):
+    from gslice.kubernetes.__main__ import main
+    plugins = tmp_path / ("p" * 120)
+    code = main(["run", "--node-name", "node-a", "--registry-dir", str(tmp_path / "registry"),
+                 "--plugins-dir", str(plugins), "--state-dir", str(tmp_path / "state"),
+                 "--cdi-dir", str(tmp_path / "cdi"), "--tokend-admin-sockets", str(tmp_path / "none*")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert "cannot listen on the DRA socket (--plugins-dir)" in err and "at most 107" in err, err

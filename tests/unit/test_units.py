@@ -57,3 +57,26 @@ def test_parse_share_refuses_out_of_range(bad):
 def test_format_share():
     assert format_share(0.3) == "30%"
     assert format_share(0.125) == "12.5%"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("9007199254740993", 2**53 + 1),                  # a float makes it 2**53
+    ("18446744073709551615", 2**64 - 1),              # exactly the protocol's limit
+    ("16777215.9999990463256835937500TiB", 2**64 - 2**20),
+    ("0.000976562500KiB", 1),
+    ("0" * 5000 + "7", 7),
+])
+def test_parse_bytes_is_exact_for_large_and_fractional_sizes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("18446744073709551616", "larger than the protocol's limit"),
+    ("9" * 5000, "larger than the protocol's limit"),
+    ("1.0000000001GiB", "not a whole number of bytes"),   # a float rounded this to 1GiB
+    ("0." + "0" * 5000 + "1KiB", "not a whole number of bytes"),
+])
+def test_parse_bytes_refuses_exactly(bad, message):
+    with pytest.raises(InvalidValue) as info:
+        parse_bytes(bad)
+    assert message in str(info.value) and repr(bad) in str(info.value)

@@ -50,7 +50,7 @@ def _config(args) -> "defaults.PluginConfig":
 def cmd_run(args) -> int:
     from .cluster_api import ApiConfigError, KubernetesApi
     from .driver import Driver
-    from .plugin import KubeletPlugin
+    from .plugin import KubeletPlugin, SocketSetupError
 
     if not args.node_name:
         print("gslice-dra: --node-name (or $NODE_NAME) is required", file=sys.stderr)
@@ -69,7 +69,11 @@ def cmd_run(args) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    plugin.start()
+    try:
+        plugin.start()
+    except SocketSetupError as exc:
+        print(f"gslice-dra: {exc}", file=sys.stderr)
+        return 1
     try:
         stop.wait()
     finally:

@@ -20,7 +20,7 @@ from gslice.atomic_file import write_atomically
 from gslice.errors import AlreadyExists, DaemonUnavailable, GsliceError, NotFound
 
 from . import cdi, resource_slices, tokends
-from .checkpoint import PREPARED, PREPARING, Checkpoint, ClaimEntry, DeviceEntry
+from .checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimEntry, DeviceEntry
 from .claim_plan import (LABEL_CLAIM, LABEL_CLAIM_UID, LABEL_MANAGED_BY, MANAGED_BY, ClaimPlan, PlanError,
                          UnknownDevice, plan_claim)
 from .cluster_api import ApiUnavailable, ClusterApi
@@ -265,26 +265,38 @@ class Driver:
     # -------------------------------------------------------------- clean-up
     def cleanup(self) -> list[str]:
         """Undo claims that no longer exist; returns their UIDs. Does nothing
-        when the API server cannot say (never deletes on uncertainty)."""
-        removed = []
+        to claims when the API server cannot say (never deletes on
+        uncertainty). A claim or GPU that cannot be cleaned up now (tokend
+        down, a group with processes still attached) is logged and retried
+        next round; it never holds up the others or the later passes."""
+        removed: list[str] = []
         with self._lock:
+            entries = self.checkpoint.load()
             try:
-                entries = self.checkpoint.load()
-                for uid, entry in entries.items():
-                    if not self._claim_exists(entry.namespace, entry.name, uid):
-                        log.info("claim %s/%s (%s) is gone: cleaning up", entry.namespace, entry.name, uid)
-                        self._undo(entry)
-                        removed.append(uid)
-                removed += self._cleanup_orphan_groups(set(entries))
-                for device, path in cdi.our_spec_files(self.config.cdi_dir, self.config.driver_name).items():
-                    if device not in entries:
-                        path.unlink(missing_ok=True)
-                        shutil.rmtree(self.config.claims_dir / device, ignore_errors=True)
+                self._cleanup_checkpointed(entries, removed)
+                self._cleanup_orphan_groups(set(entries), removed)
             except ApiUnavailable as exc:
-                log.warning("clean-up skipped: %s", exc)
-            except (UnprepareError, GsliceError) as exc:
-                log.warning("clean-up incomplete: %s", exc)
+                log.warning("clean-up of claims skipped: %s", exc)
+            # Spec files of claims not in the checkpoint: the API is not needed to know they are stale.
+            for device, path in cdi.our_spec_files(self.config.cdi_dir, self.config.driver_name).items():
+                if device not in entries:
+                    path.unlink(missing_ok=True)
+                    shutil.rmtree(self.config.claims_dir / device, ignore_errors=True)
         return removed
+
+    def _cleanup_checkpointed(self, entries: dict[str, ClaimEntry], removed: list[str]) -> None:
+        """Undoes the checkpointed claims that are gone, adding their UIDs to `removed`."""
+        for uid, entry in entries.items():
+            if self._claim_exists(entry.namespace, entry.name, uid):
+                continue
+            log.info("claim %s/%s (%s) is gone: cleaning up", entry.namespace, entry.name, uid)
+            try:
+                self._undo(entry)
+            except (UnprepareError, GsliceError, CheckpointError, OSError) as exc:
+                log.warning("claim %s/%s (%s) is gone but cannot be cleaned up now (retried next round): %s",
+                            entry.namespace, entry.name, uid, exc)
+                continue
+            removed.append(uid)
 
     def _claim_exists(self, namespace: str, name: str, uid: str) -> bool:
         if not namespace or not name:
@@ -292,13 +304,17 @@ class Driver:
         claim = self.api.read_claim(namespace, name)
         return claim is not None and (claim.get("metadata") or {}).get("uid") == uid
 
-    def _cleanup_orphan_groups(self, known: set[str]) -> list[str]:
-        """Groups this driver made whose claim is neither in the checkpoint nor
-        in the API server (e.g. the checkpoint was lost)."""
-        removed: list[str] = []
+    def _cleanup_orphan_groups(self, known: set[str], removed: list[str]) -> None:
+        """Deletes the groups this driver made whose claim is neither in the
+        checkpoint nor in the API server (e.g. the checkpoint was lost),
+        adding their claims' UIDs to `removed`."""
         for gpu in self.refresh_gpus():
-            with gpu.admin() as admin:
-                groups = admin.list_groups()
+            try:
+                with gpu.admin() as admin:
+                    groups = admin.list_groups()
+            except GsliceError as exc:
+                log.warning("orphan groups on GPU %s not looked for now (retried next round): %s", gpu.uuid, exc)
+                continue
             for group in groups:
                 uid = group.labels.get(LABEL_CLAIM_UID)
                 if group.labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not uid or uid in known:
@@ -308,7 +324,11 @@ class Driver:
                     continue
                 log.info("group %s on GPU %s belongs to claim %s, which is gone: deleting it", group.name,
                          gpu.uuid, uid)
-                self._delete_groups(str(gpu.admin_socket), uid)
+                try:
+                    self._delete_groups(str(gpu.admin_socket), uid)
+                except UnprepareError as exc:
+                    log.warning("group %s on GPU %s cannot be deleted now (retried next round): %s", group.name,
+                                gpu.uuid, exc)
+                    continue
                 if uid not in removed:
                     removed.append(uid)
-        return removed

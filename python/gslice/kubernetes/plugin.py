@@ -23,11 +23,32 @@ from .registration import RegistrationService
 log = logging.getLogger("gslice.dra")
 
 
-def _bind(server: grpc.Server, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)  # a socket left by a previous run
-    if server.add_insecure_port(f"unix://{path}") == 0:
-        raise RuntimeError(f"cannot listen on {path}")
+# A unix socket's path: sun_path holds 108 bytes with the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+class SocketSetupError(Exception):
+    """One of the plugin's sockets cannot be made; the message says which and why."""
+
+
+def _bind(server: grpc.Server, path: Path, what: str) -> None:
+    """Listen on unix socket `path`; `what` names it and its flag for the error."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise SocketSetupError(f"cannot listen on {what} {path}: the path has {len(os.fsencode(path))} bytes, "
+                               f"a unix socket's may have at most {MAX_SOCKET_PATH}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)  # a socket left by a previous run
+    except OSError as exc:
+        raise SocketSetupError(f"cannot make {what} {path}: {exc.strerror or exc}"
+                               + (f" ({exc.filename})" if exc.filename else "")) from None
+    try:
+        port = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError:  # grpc raises (newer) or returns 0 (older)
+        port = 0
+    if port == 0:
+        raise SocketSetupError(f"cannot listen on {what} {path}: the folder must be writable by the plugin and "
+                               "the path free")
 
 
 class KubeletPlugin:
@@ -41,6 +62,14 @@ class KubeletPlugin:
         self.loop_runs = 0
 
     def start(self) -> "KubeletPlugin":
+        """Serves both sockets; on failure nothing is left serving or bound."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> "KubeletPlugin":
         # The DRA socket first: kubelet connects to it as soon as GetInfo names it.
         dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         # v1 and v1beta1 (same messages): kubelet picks one from GetInfo's versions.
@@ -50,12 +79,12 @@ class KubeletPlugin:
         # grpc.health.v1 beside it, for whoever watches the plugin's liveness.
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, dra)
-        _bind(dra, self.config.dra_socket)
+        _bind(dra, self.config.dra_socket, "the DRA socket (--plugins-dir)")
         dra.start()
         self._servers.append(dra)
         registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, registration)
-        _bind(registration, self.config.registration_socket)
+        _bind(registration, self.config.registration_socket, "the registration socket (--registry-dir)")
         registration.start()
         self._servers.append(registration)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
