@@ -86,7 +86,8 @@ def test_kill_9_frees_the_token_at_once_and_the_memory_by_the_reclaim_timeout(to
     assert token_delay < 1.0
     # NVML never listed the holder: its memory stayed charged, said so in
     # status, and came back at the timeout, not before.
-    assert memory_delay is not None and memory_delay >= 1.0
+    # (Sampled every 10 ms; 1.5x margin for a loaded machine.)
+    assert memory_delay is not None and 1.0 <= memory_delay <= 1.5, memory_delay
     awaiting, note = notes[0]
     assert awaiting == 512 * MiB
     assert f"memory of pid {held['pid']} ({512 * MiB} bytes, client {held['public_id']}) held until the driver " \

@@ -73,8 +73,9 @@ def test_refusals_map_to_typed_errors(tokend):
         admin.create_group("a", request=0.1, memory="1GiB")
     with pytest.raises(gslice.Conflict, match="sum"):
         admin.create_group("b", request=0.5, memory="1GiB")
+    updated = admin.update_group("a", request=1.0, limit=1.0)  # fine alone...
+    assert (updated.request, updated.limit) == (1.0, 1.0)
     with pytest.raises(gslice.Conflict, match="sum"):
-        admin.update_group("a", request=1.0, limit=1.0)  # fine alone...
         admin.create_group("b", request=0.1, memory="1GiB")  # ...but no room left
     with pytest.raises(gslice.NotFound, match="nope"):
         admin.update_group("nope", request=0.1)

@@ -37,10 +37,10 @@ def test_a_contended_submission_waits_until_the_queue_is_within_the_feed_ahead(a
     now = 10_000_000
     for queued_us in (0, 50, 150, 400, 2000, 40_000):
         submit_at = api.gslice_queue_bound_submit_at_ns(now, now + queued_us * US, kernel_us * US, 1, preempted, 0)
-        # Never earlier than now; never later than needed to keep the GPU fed.
+        # Never earlier than now; never later than needed to keep the GPU fed
+        # (so what the queue holds once it is submitted: at most the margin
+        # and the kernel).
         assert submit_at == max(now, now + queued_us * US - ahead)
-        # So what the queue holds once it is submitted: at most the margin and the kernel.
-        assert now + queued_us * US - submit_at + kernel_us * US <= ahead + kernel_us * US
 
 
 def test_a_lone_tenant_is_never_held_back(api):

@@ -121,14 +121,14 @@ def test_nvml_utilisation_follows_the_engine(programs, processes, sim_name):
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
         best, deadline = 0, time.monotonic() + 2.5
-        while time.monotonic() < deadline and best < 60:
+        while time.monotonic() < deadline and best < 90:
             best = max(best, pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
             time.sleep(0.05)
         print(best)
     """)
     busy = int(processes.run([sys.executable, "-c", script], environ).stdout)
     spinner.communicate(timeout=60)
-    assert busy >= 60
+    assert busy >= 90, busy   # back-to-back 20 ms kernels: the engine is busy all but the syncs (reads 99)
     idle_script = "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(0)).gpu)"
     time.sleep(1.2)  # past the ~1 s window
     assert int(processes.run([sys.executable, "-c", idle_script], environ).stdout) == 0

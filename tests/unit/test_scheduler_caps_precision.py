@@ -131,17 +131,18 @@ def test_a_capped_group_catching_up_after_1s_kernels_is_not_cut_into_many_handof
     assert 0.29 <= capped <= 0.31, capped
 
 
-def test_a_30_percent_cap_beside_1ms_kernels_holds_10s_within_1_point_and_1s_within_4():
+def test_a_30_percent_cap_beside_1ms_kernels_holds_10s_within_1_point_and_1s_within_3():
     # Its pause often ends while b holds a slice (up to quantum_max): served
-    # late, it catches up after (29.0-29.4% over 20 s here; 27.5-28.9% when
-    # that time was lost). The catch-up makes its 1 s windows swing
-    # 26.4-32.5%: the 3 points are missed by about half a point in
-    # this model (open).
+    # late, it catches up after (27.5-28.9% over 20 s when that time was
+    # lost). The catch-up once made its 1 s windows swing 26.4-32.5%, past
+    # the 3 points; now they read 28.9-30.1% here (10 s windows
+    # 29.6-30.0%), so the promise itself is asserted
+    # (docs/architecture.md, "What holds").
     for transit, late in ((0.0002, 0.0), (0.0004, 0.0005)):
-        busy = run({"capped": (0.3, 0.3, 0.001), "b": (0.7, 1.0, 0.001)}, until=25.0, transit=transit, late=late)
-        assert share(busy["capped"], 5.0, 20.0) == pytest.approx(0.30, abs=0.01)
-        one_second = [share(busy["capped"], t0, 1.0) for t0 in windows(5.0, 24.0, 0.1)]
-        assert min(one_second) >= 0.26 and max(one_second) <= 0.34, (min(one_second), max(one_second))
+        busy = run({"capped": (0.3, 0.3, 0.001), "b": (0.7, 1.0, 0.001)}, until=45.0, transit=transit, late=late)
+        assert_every_10s_window_within_a_point(busy["capped"], 0.30)
+        one_second = [share(busy["capped"], t0, 1.0) for t0 in windows(5.0, 44.0, 0.1)]
+        assert min(one_second) >= 0.27 and max(one_second) <= 0.33, (min(one_second), max(one_second))
 
 
 @pytest.mark.parametrize("item", [0.00022, 0.001, 0.0125])
@@ -158,9 +159,10 @@ def test_a_30_percent_cap_holds_to_half_a_point_despite_transit_and_late_timers(
 def test_four_groups_with_mixed_kernel_lengths_get_their_requests():
     groups = {"g10": (0.1, 1.0, 0.00002), "g20": (0.2, 1.0, 0.001), "g30": (0.3, 1.0, 0.010),
               "g40": (0.4, 1.0, 0.100)}
-    busy = run(groups, until=25.0)
+    busy = run(groups, until=45.0)
     for name, (request, _, _) in groups.items():
-        assert share(busy[name], 5.0, 20.0) == pytest.approx(request, abs=0.01), name
+        # g40 (100 ms items) reads 39.0% in its lowest windows: at the edge.
+        assert_every_10s_window_within_a_point(busy[name], request)
 
 
 def test_charged_seconds_add_up_every_charge_and_the_holders_slice_so_far():
