@@ -1,15 +1,38 @@
-"""include/gslice_cuda_abi.h against the real cuda.h (when installed):
+"""include/gslice_cuda_abi.h against NVIDIA's cuda.h of CUDA 12 and 13:
 the same constants, sizes and field offsets, compiled and printed by two
-small C programs (the headers cannot be included together)."""
+small C programs (the headers cannot be included together).
+
+The headers come from NVIDIA's runtime wheels, pinned in the test extras
+(nvidia-cuda-runtime-cu12, nvidia-cuda-runtime), so this runs on every
+machine the suite runs on, GPU or not; a toolkit in /usr/local is checked
+too when there is one."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL_CUDA_H = [Path("/usr/local/cuda/include/cuda.h"), *sorted(Path("/usr/local").glob("cuda-*/include/cuda.h"))]
+# Where the pinned wheels put cuda.h, under the `nvidia` namespace package.
+WHEEL_HEADERS = {"cuda12": "cuda_runtime/include/cuda.h", "cuda13": "cu13/include/cuda.h"}
+
+
+def _wheel_header(relative: str) -> Path | None:
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(root) / relative).exists():
+            return Path(root) / relative
+    return None
+
+
+def real_headers() -> dict[str, Path | None]:
+    headers = {name: _wheel_header(relative) for name, relative in WHEEL_HEADERS.items()}
+    for toolkit in [Path("/usr/local/cuda/include/cuda.h"), *sorted(Path("/usr/local").glob("cuda-*/include/cuda.h"))]:
+        if toolkit.exists():
+            headers[f"toolkit:{toolkit.parent.parent.name}"] = toolkit
+    return headers
 
 CONSTANTS = ["CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_NOT_INITIALIZED",
              "CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE",
@@ -73,10 +96,11 @@ def run_probe(tmp_path: Path, name: str, header: str, include: Path) -> str:
     return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
 
 
-def test_cuda_abi_matches_the_real_header(tmp_path):
-    real = next((p for p in REAL_CUDA_H if p.exists()), None)
-    if real is None:
-        pytest.skip("no real cuda.h installed to compare with")
+@pytest.mark.parametrize("version", sorted(real_headers()))
+def test_cuda_abi_matches_the_real_header(tmp_path, version):
+    real = real_headers()[version]
+    assert real is not None, (f"no cuda.h of {version}: install the test extras (pip install -e '.[test]'), which "
+                              "pin NVIDIA's runtime wheels that carry it")
     ours = run_probe(tmp_path, "ours", "gslice_cuda_abi.h", ROOT / "include")
     theirs = run_probe(tmp_path, "theirs", "cuda.h", real.parent)
     assert ours.splitlines() == theirs.splitlines()
