@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 from gslice.v1 import admin_pb2
 
@@ -14,17 +16,29 @@ class AdminService:
         self._coordinator = coordinator
         self._changes = asyncio.Lock()  # one group-table change (and its save) at a time
 
-    async def CreateGroup(self, request: admin_pb2.CreateGroupRequest, context) -> admin_pb2.CreateGroupReply:
+    async def _change(self, change: Callable[[], Awaitable]):
+        """Run one group-table change to its end, even if its caller goes
+        away (a deadline, Ctrl-C): cancelled halfway, its save would still
+        land on its worker thread while the daemon forgot the change, and the
+        next change's save could land before it. The next change starts only
+        after this one has taken effect or been refused."""
         async with self._changes:
-            return await self._coordinator.create_group(request.group)
+            task = asyncio.ensure_future(change())
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                with contextlib.suppress(BaseException):
+                    await task
+                raise
+
+    async def CreateGroup(self, request: admin_pb2.CreateGroupRequest, context) -> admin_pb2.CreateGroupReply:
+        return await self._change(lambda: self._coordinator.create_group(request.group))
 
     async def UpdateGroup(self, request: admin_pb2.UpdateGroupRequest, context) -> admin_pb2.Group:
-        async with self._changes:
-            return await self._coordinator.update_group(request)
+        return await self._change(lambda: self._coordinator.update_group(request))
 
     async def DeleteGroup(self, request: admin_pb2.DeleteGroupRequest, context) -> admin_pb2.DeleteGroupReply:
-        async with self._changes:
-            await self._coordinator.delete_group(request.name)
+        await self._change(lambda: self._coordinator.delete_group(request.name))
         return admin_pb2.DeleteGroupReply()
 
     async def ListGroups(self, request: admin_pb2.ListGroupsRequest, context) -> admin_pb2.ListGroupsReply:

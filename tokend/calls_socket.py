@@ -103,8 +103,13 @@ class _CallsConnection(asyncio.Protocol):
         # abandoned (cancelled: an acquire withdraws its request), not
         # granted a token nobody will release.
         self._listener._connections.discard(self)
+        # Cancelled in a later turn of the loop: a task made in this turn
+        # has not taken its first step yet, and a coroutine cancelled before
+        # it starts never runs its `finally` (an acquire would stay queued
+        # at the scheduler, and its client refused every later acquire).
+        loop = asyncio.get_running_loop()
         for task in self.waiting:
-            task.cancel()
+            loop.call_soon(task.cancel)
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -123,7 +128,9 @@ class _CallsConnection(asyncio.Protocol):
         service = self._listener._service
         taken = 0
         try:
-            while len(received) - taken >= FRAME.size:
+            # Not past a failed write of an earlier answer (the shim closed
+            # its end): nobody would read what the later calls decide.
+            while len(received) - taken >= FRAME.size and not self._transport.is_closing():
                 compressed, length = FRAME.unpack_from(received, taken)
                 if compressed:
                     raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,

@@ -141,6 +141,7 @@ class Coordinator:
         # group -> {field: why}: stored values this daemon cannot enforce as
         # they are (see load_groups); the file keeps them until an UpdateGroup.
         self.flags: dict[str, dict[str, str]] = {}
+        self._closing: set[str] = set()  # groups being deleted: their table is being written without them
         self.state_note = ""
         self.unmanaged_processes: list[admin_pb2.GpuProcess] = []  # kept by the process watch
         self._reported_bypass: set[tuple[int, str]] = set()
@@ -367,7 +368,7 @@ class Coordinator:
         check_field_length("gpu_uuid", request.gpu_uuid, MAX_GPU_UUID_BYTES)
         # One answer, one code path and one comparison for an unknown group
         # and a wrong secret: neither the message nor the timing tells which.
-        secret = self.secrets.get(request.group)
+        secret = self.secrets.get(request.group) if request.group not in self._closing else None
         matches = hmac.compare_digest((secret or _NO_SECRET).encode(), request.secret.encode())
         if secret is None or not matches:
             raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, ATTACH_REFUSED)
@@ -679,29 +680,35 @@ class Coordinator:
                              f"on_daemon_loss {value} is not one of DAEMON_LOSS_WAIT=1, DAEMON_LOSS_OPEN=2")
         return value
 
-    async def _save_groups(self, secrets_table: dict[str, str], loss_policy: dict[str, int] | None = None,
-                           labels: dict[str, dict[str, str]] | None = None) -> None:
-        """Durable before the change is answered (an acknowledged change is never
-        lost), but written on a worker thread: fsync can take long on a busy
-        disk and must not stall every tenant's token grants. Admin changes are
-        serialised by the caller (AdminService) so saves never interleave.
-        `loss_policy` and `labels` default to the current tables."""
+    async def _save_groups(self, specs: dict[str, GroupSpec], secrets_table: dict[str, str],
+                           loss_policy: dict[str, int] | None = None, labels: dict[str, dict[str, str]] | None = None,
+                           flags: dict[str, dict[str, str]] | None = None) -> None:
+        """Write the group table a change leads to (`specs`: every group
+        after it), before the change takes effect: an acknowledged change is
+        never lost, and a failed save leaves nothing to undo. On a worker
+        thread: fsync can take long on a busy disk and must not stall every
+        tenant's token grants. AdminService runs one change at a time, to
+        its end even if its caller goes away, so saves never interleave.
+        The other tables default to the current ones."""
         policy = self.loss_policy if loss_policy is None else loss_policy
         labels = self.labels if labels is None else labels
-        specs = {spec.name: spec for spec in self.scheduler.groups()}
-        table = [StoredGroup(name, spec.request, self._kept_on_disk(spec, "limit"),
-                             self._kept_on_disk(spec, "memory_quota"), int(spec.priority),
+        flags = self.flags if flags is None else flags
+        table = [StoredGroup(name, spec.request, self._kept_on_disk(spec, "limit", flags),
+                             self._kept_on_disk(spec, "memory_quota", flags), int(spec.priority),
                              secrets_table[name], labels=dict(labels.get(name, {})),
                              on_daemon_loss=policy.get(name, DAEMON_LOSS_WAIT))
                  for name, spec in specs.items()]
         await asyncio.to_thread(self.store.save, table)
 
-    def _kept_on_disk(self, spec: GroupSpec, field_name: str):
+    def _specs(self) -> dict[str, GroupSpec]:
+        return {spec.name: spec for spec in self.scheduler.groups()}
+
+    def _kept_on_disk(self, spec: GroupSpec, field_name: str, flags: dict[str, dict[str, str]]):
         """A field fitted at start-up keeps its stored value on disk until the
         operator sets one (a daemon started once with other flags must not
         rewrite what the operator chose)."""
         stored = self.store.stored(spec.name)
-        if field_name in self.flags.get(spec.name, {}) and stored is not None:
+        if field_name in flags.get(spec.name, {}) and stored is not None:
             return getattr(stored, field_name)
         return getattr(spec, field_name)
 
@@ -710,15 +717,12 @@ class Coordinator:
         self._check_spec(spec)
         _check_labels(group.labels)
         loss_policy = self._check_loss_policy(group.on_daemon_loss)
-        self._core(self.scheduler.add_group, spec)
+        spec = self.scheduler.check_group(spec)  # what add_group would refuse, nothing changed
         secret = new_group_secret()
         labels = {**self.labels, spec.name: dict(group.labels)} if group.labels else self.labels
-        try:
-            await self._save_groups({**self.secrets, spec.name: secret}, {**self.loss_policy, spec.name: loss_policy},
-                                    labels)
-        except BaseException:
-            self._core(self.scheduler.remove_group, spec.name)
-            raise
+        await self._save_groups({**self._specs(), spec.name: spec}, {**self.secrets, spec.name: secret},
+                                {**self.loss_policy, spec.name: loss_policy}, labels)
+        self._core(self.scheduler.add_group, spec)
         self.secrets[spec.name] = secret
         self.labels = labels
         self.loss_policy[spec.name] = loss_policy
@@ -754,25 +758,21 @@ class Coordinator:
         new_policy = dict(self.loss_policy)
         if request.HasField("on_daemon_loss"):
             new_policy[new.name] = self._check_loss_policy(request.on_daemon_loss)
-        self._core(self.scheduler.update_group, new)  # refused -> nothing changed
+        new = self.scheduler.check_group(new, replacing=new.name)  # refused -> nothing changed
         new_secrets = dict(self.secrets)
         if request.rotate_secret:
             new_secrets[new.name] = new_group_secret()
-        old_flags = self.flags.get(new.name)
-        if old_flags is not None:
+        new_flags = dict(self.flags)
+        if new.name in new_flags:
             # A field the operator has now set is theirs, and fits (checked above).
-            kept = {f: why for f, why in old_flags.items() if f not in changes}
+            kept = {f: why for f, why in new_flags[new.name].items() if f not in changes}
             if kept:
-                self.flags[new.name] = kept
+                new_flags[new.name] = kept
             else:
-                del self.flags[new.name]
-        try:
-            await self._save_groups(new_secrets, new_policy)
-        except BaseException:
-            self._core(self.scheduler.update_group, old)
-            if old_flags is not None:
-                self.flags[new.name] = old_flags
-            raise
+                del new_flags[new.name]
+        await self._save_groups({**self._specs(), new.name: new}, new_secrets, new_policy, flags=new_flags)
+        self._core(self.scheduler.update_group, new)
+        self.flags = new_flags
         self.secrets = new_secrets
         self.loss_policy = new_policy
         if request.rotate_secret:
@@ -814,14 +814,13 @@ class Coordinator:
         if self.ledger.group_pending(name):
             self.ledger.remove_group(name)  # FailedPrecondition: says what is pending
         self._refuse_delete_while_attached(name)  # a client may have attached during the wait
-        old = self.scheduler.group(name)
-        self._core(self.scheduler.remove_group, name)
         remaining = {k: v for k, v in self.secrets.items() if k != name}
+        self._closing.add(name)  # no attach while the table without it is written (see _check_attach)
         try:
-            await self._save_groups(remaining)
-        except BaseException:
-            self._core(self.scheduler.add_group, old)
-            raise
+            await self._save_groups({k: v for k, v in self._specs().items() if k != name}, remaining)
+        finally:
+            self._closing.discard(name)
+        self._core(self.scheduler.remove_group, name)
         self.secrets = remaining
         self.labels.pop(name, None)
         self.loss_policy.pop(name, None)
@@ -984,12 +983,13 @@ class Coordinator:
         changed_since = (self.scheduler.decisions, sum(self.scheduler.charged_total.values()))
         if changed_since == self._accounting_saved_at:
             return
-        self._accounting_saved_at = changed_since
         table, generation = self._accounting_table(time.monotonic()), next(self._accounting_generations)
         try:
             await asyncio.to_thread(self.accounting_store.save, table, generation)
         except OSError as exc:
             log.error("cannot save group charges to %s: %s", self.accounting_store.path, exc)
+            return  # tried again in a second
+        self._accounting_saved_at = changed_since
 
     def _save_accounting_now(self) -> None:
         try:

@@ -44,6 +44,7 @@ ACCOUNTING_SAVE_SECONDS = 1.0  # what a crash can lose of the groups' charges (s
 # is read this often: the memory is back within this (plus one query) of
 # NVML no longer listing the process (target: 50 ms).
 RECLAIM_POLL_SECONDS = 0.01
+RECLAIM_QUERY_PATIENCE = 0.1  # how long a slow NVML query may hold up the reclaims' timeouts
 STOP_GRACE_SECONDS = 1.0
 
 
@@ -257,24 +258,39 @@ class TokenDaemon:
     async def _watch_reclaims(self, coordinator: Coordinator) -> None:
         """While memory of departed processes awaits the driver: NVML's
         process list every RECLAIM_POLL_SECONDS, handed to the ledger (the
-        rule is there); without NVML (--fake-gpu) only the timeouts run."""
+        rule is there); without NVML (--fake-gpu) only the timeouts run.
+        An NVML call can hang (an Xid, a GPU reset): one query at a time,
+        and the timeouts run while it is out, so a hung driver never keeps
+        the memory from coming back after --reclaim-timeout-ms."""
         nvml = self.options.fake_gpu is None
         failures_logged = False
+        query: asyncio.Future | None = None
+        query_taken_at = 0.0
         while True:
             if not coordinator.has_pending_reclaims():
                 coordinator.reclaims_changed.clear()
                 await coordinator.reclaims_changed.wait()
                 continue
-            taken_at = time.monotonic()
             pids = None
+            taken_at = time.monotonic()
             if nvml:
-                try:
-                    pids = [p.pid for p in await asyncio.to_thread(list_gpu_processes, coordinator.gpu.uuid)]
-                    failures_logged = False
-                except Exception as exc:
-                    if not failures_logged:
-                        log.warning("NVML process list failed (%s): pending reclaims end by timeout", exc)
-                        failures_logged = True
+                if query is None:
+                    query_taken_at = taken_at
+                    query = asyncio.ensure_future(asyncio.to_thread(list_gpu_processes, coordinator.gpu.uuid))
+                deadline = coordinator.ledger.next_reclaim_deadline() or taken_at
+                await asyncio.wait({query}, timeout=min(RECLAIM_QUERY_PATIENCE, max(0.0, deadline - taken_at)))
+                if query.done():
+                    taken_at = query_taken_at
+                    try:
+                        pids = [p.pid for p in query.result()]
+                        failures_logged = False
+                    except Exception as exc:
+                        if not failures_logged:
+                            log.warning("NVML process list failed (%s): pending reclaims end by timeout", exc)
+                            failures_logged = True
+                    query = None
+                else:
+                    taken_at = time.monotonic()  # no list yet: only the timeouts run, as of now
             try:
                 coordinator.observe_gpu_processes(pids, taken_at)
             except Exception:

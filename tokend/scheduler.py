@@ -560,14 +560,23 @@ class Scheduler:
             raise RequestSumExceeded(f"requests would sum to {_fmt(total)} > 1.0 ({listed})")
         return spec
 
+    def check_group(self, spec: GroupSpec, replacing: str | None = None) -> GroupSpec:
+        """What add_group (replacing None) or update_group of `replacing`
+        would refuse, raised without changing anything; else the spec as it
+        would be applied. The daemon writes its table between the two."""
+        if replacing is None:
+            if isinstance(spec, GroupSpec) and spec.name in self._groups:
+                raise AlreadyExists(f"group {spec.name!r} already exists: choose another name or update it")
+        else:
+            self._group(replacing)
+        return self._check_group_spec(spec, replacing=replacing)
+
     def min_limit(self) -> float:
         """The smallest limit this configuration accepts: one minimal quantum per window."""
         return self.config.quantum_min / self._window
 
     def add_group(self, spec: GroupSpec, now: float) -> list[Decision]:
-        if isinstance(spec, GroupSpec) and spec.name in self._groups:
-            raise AlreadyExists(f"group {spec.name!r} already exists: choose another name or update it")
-        spec = self._check_group_spec(spec, replacing=None)
+        spec = self.check_group(spec)
         now = self._clock(now)
         self._groups[spec.name] = _Group(spec, self._window)
         self._groups[spec.name].vtime = self._vfloor

@@ -125,3 +125,66 @@ def test_a_call_split_across_reads_is_served_once_whole(tmp_path):
 
     done, errors = serve(tmp_path, coordinator, client)
     assert done and errors == []
+
+
+class _TransportWhoseWritesFail(asyncio.Transport):
+    """A shim that closed its end: the first answer written fails, and the
+    transport closes as asyncio's does on EPIPE (connection_lost in the next
+    turn of the loop)."""
+
+    def __init__(self, protocol):
+        super().__init__()
+        self._protocol = protocol
+        self._closing = False
+
+    def write(self, data):
+        if not self._closing:
+            self._closing = True
+            asyncio.get_running_loop().call_soon(self._protocol.connection_lost, BrokenPipeError())
+
+    def is_closing(self):
+        return self._closing
+
+    def close(self):
+        self._closing = True
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+class AcquiresCounted(ReleasesAnswered):
+    started = 0
+
+    def acquire_start(self, client_id, timeout_ms, work_item_us, doorbell_rang=False):
+        self.started += 1
+        return super().acquire_start(client_id, timeout_ms, work_item_us, doorbell_rang)
+
+
+def test_calls_after_a_failed_write_are_not_taken_and_every_waiting_call_is_withdrawn(tmp_path):
+    """Before: the acquire after the release whose answer could not be
+    written was started, and its task cancelled before its first step: the
+    coordinator's `finally` never ran, the request stayed queued and the
+    client was refused every later acquire ("already has an AcquireToken
+    waiting"). Now it is not taken; and a call already waiting is
+    withdrawn, not left queued."""
+    from tokend.calls_socket import _CallsConnection
+
+    release = client_pb2.ClientCall(call_id=2, release=client_pb2.ReleaseTokenRequest(client_id="c"))
+
+    async def scenario():
+        coordinator = AcquiresCounted(Limits(max_streams_per_connection=4))
+        listener = CallsSocket(tmp_path / "client.calls", ClientService(coordinator, RpcGuard(lambda m, c: None)),
+                               RpcGuard(lambda m, c: None), max_connections=4)
+        connection = _CallsConnection(listener)
+        connection.connection_made(_TransportWhoseWritesFail(connection))
+        connection.data_received(framed(acquire_call(1)) + framed(release) + framed(acquire_call(3)))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return coordinator
+
+    coordinator = asyncio.run(scenario())
+    assert coordinator.started == 1  # call 3 came after the failed write of call 2's answer
+    assert coordinator.cancelled == coordinator.waiting == 1  # call 1 ran, and was withdrawn
