@@ -109,6 +109,7 @@ static gs_slot *create_slot_locked(const char *uuid)
     pthread_mutex_init(&s->info_mu, NULL);
     gs_gate_init(&s->gate, NULL, s->socket_path, flush_service, &s->ledger);
     gs_ledger_account_init(&s->ledger, NULL, &s->gate, s->socket_path);
+    gs_overhead_init(&s->overhead);
 
     gs_rpc_config rc = {
         .socket_path = s->socket_path,
@@ -256,6 +257,17 @@ gs_slot *gs_slot_for_nvml_device(nvmlDevice_t dev)
     if (!gs_nvml.nvmlDeviceGetUUID || gs_nvml.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS)
         return NULL;
     return slot_for_uuid(uuid);
+}
+
+bool gs_slot_serves_nvml_device(gs_slot *s, nvmlDevice_t dev)
+{
+    if (!s)
+        return false;
+    if (single_socket_mode())
+        return is_daemons_gpu(s, dev);
+    char uuid[96] = {0};
+    return gs_nvml.nvmlDeviceGetUUID && gs_nvml.nvmlDeviceGetUUID(dev, uuid, sizeof uuid) == NVML_SUCCESS &&
+           !strcmp(uuid, s->gpu_uuid);
 }
 
 int gs_slot_count(void) { return atomic_load(&slot_count); }

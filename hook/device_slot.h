@@ -16,6 +16,7 @@
 #include "gslice_cuda_abi.h"
 #include "gslice_nvml_abi.h"
 #include "memory_ledger.h"
+#include "process_overhead.h"
 #include "rpc_client.h"
 #include "token_gate.h"
 
@@ -29,6 +30,7 @@ typedef struct gs_slot {
     gs_rpc *rpc;
     gs_gate gate;
     gs_ledger_account ledger;
+    gs_overhead overhead;    /* memory beyond allocations charged on ledger (process_overhead.h) */
     pthread_mutex_t info_mu;
     gs_attach_info info;
     bool attached;
@@ -42,6 +44,8 @@ typedef struct gs_slot {
 gs_slot *gs_slot_for_current_context(CUcontext *ctx);
 gs_slot *gs_slot_for_device(CUdevice dev);
 gs_slot *gs_slot_for_nvml_device(nvmlDevice_t dev);
+/* Whether s serves NVML's device dev (a look-up: makes no slot). */
+bool gs_slot_serves_nvml_device(gs_slot *s, nvmlDevice_t dev);
 
 int gs_slot_count(void);
 gs_slot *gs_slot_at(int index);

@@ -56,6 +56,12 @@
 #define GS_BATCH_V2_PARAMS (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
     CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 #define GS_BATCH_V2_ARGS (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream)
+/* cuMemsetD2D8/16/32: the element type T */
+#define GS_FILL_2D_PARAMS(T) (CUdeviceptr dstDevice, size_t dstPitch, T value, size_t Width, size_t Height)
+#define GS_FILL_2D_ARGS (dstDevice, dstPitch, value, Width, Height)
+#define GS_FILL_2D_ASYNC_PARAMS(T) (CUdeviceptr dstDevice, size_t dstPitch, T value, size_t Width, size_t Height, \
+    CUstream hStream)
+#define GS_FILL_2D_ASYNC_ARGS (dstDevice, dstPitch, value, Width, Height, hStream)
 
 #define GS_INTERCEPT_TABLE(X) \
     /* work on the GPU */ \
@@ -137,6 +143,46 @@
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
     X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1, CUDA, FAST, fill32_async, CUresult, \
       (CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream), (dst, v, n, hStream)) \
+    X(cuMemsetD2D8_v2, cuMemsetD2D8, 3020, 0, CUDA, FAST, fill2d8, CUresult, GS_FILL_2D_PARAMS(unsigned char), GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D8_v2_ptds, cuMemsetD2D8, 7000, 1, CUDA, FAST, fill2d8, CUresult, GS_FILL_2D_PARAMS(unsigned char), \
+      GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D16_v2, cuMemsetD2D16, 3020, 0, CUDA, FAST, fill2d16, CUresult, GS_FILL_2D_PARAMS(unsigned short), GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D16_v2_ptds, cuMemsetD2D16, 7000, 1, CUDA, FAST, fill2d16, CUresult, GS_FILL_2D_PARAMS(unsigned short), \
+      GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D32_v2, cuMemsetD2D32, 3020, 0, CUDA, FAST, fill2d32, CUresult, GS_FILL_2D_PARAMS(unsigned int), GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D32_v2_ptds, cuMemsetD2D32, 7000, 1, CUDA, FAST, fill2d32, CUresult, GS_FILL_2D_PARAMS(unsigned int), \
+      GS_FILL_2D_ARGS) \
+    X(cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, 0, CUDA, FAST, fill2d8_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned char), GS_FILL_2D_ASYNC_ARGS) \
+    X(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async, 7000, 1, CUDA, FAST, fill2d8_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned char), GS_FILL_2D_ASYNC_ARGS) \
+    X(cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, 0, CUDA, FAST, fill2d16_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned short), GS_FILL_2D_ASYNC_ARGS) \
+    X(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async, 7000, 1, CUDA, FAST, fill2d16_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned short), GS_FILL_2D_ASYNC_ARGS) \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, 0, CUDA, FAST, fill2d32_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned int), GS_FILL_2D_ASYNC_ARGS) \
+    X(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async, 7000, 1, CUDA, FAST, fill2d32_async, CUresult, \
+      GS_FILL_2D_ASYNC_PARAMS(unsigned int), GS_FILL_2D_ASYNC_ARGS) \
+    /* copies between CUDA arrays and device memory: device-side, like cuMemcpyDtoD */ \
+    X(cuMemcpyAtoA_v2, cuMemcpyAtoA, 3020, 0, CUDA, FAST, copy_array_to_array, CUresult, \
+      (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount), \
+      (dstArray, dstOffset, srcArray, srcOffset, ByteCount)) \
+    X(cuMemcpyAtoA_v2_ptds, cuMemcpyAtoA, 7000, 1, CUDA, FAST, copy_array_to_array, CUresult, \
+      (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount), \
+      (dstArray, dstOffset, srcArray, srcOffset, ByteCount)) \
+    X(cuMemcpyDtoA_v2, cuMemcpyDtoA, 3020, 0, CUDA, FAST, copy_device_to_array, CUresult, \
+      (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount), \
+      (dstArray, dstOffset, srcDevice, ByteCount)) \
+    X(cuMemcpyDtoA_v2_ptds, cuMemcpyDtoA, 7000, 1, CUDA, FAST, copy_device_to_array, CUresult, \
+      (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount), \
+      (dstArray, dstOffset, srcDevice, ByteCount)) \
+    X(cuMemcpyAtoD_v2, cuMemcpyAtoD, 3020, 0, CUDA, FAST, copy_array_to_device, CUresult, \
+      (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount), \
+      (dstDevice, srcArray, srcOffset, ByteCount)) \
+    X(cuMemcpyAtoD_v2_ptds, cuMemcpyAtoD, 7000, 1, CUDA, FAST, copy_array_to_device, CUresult, \
+      (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount), \
+      (dstDevice, srcArray, srcOffset, ByteCount)) \
     /* 2D / 3D copies: gated when neither side is host memory (device, array or unified), \
      * else passed through like the host<->device copies above (PLAIN: the memory types are \
      * read before the gate) */ \
@@ -205,6 +251,8 @@
       (pHandle, pDesc, numMipmapLevels)) \
     X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0, CUDA, PLAIN, mem_pool_trim, CUresult, \
       (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep)) \
+    X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0, CUDA, PLAIN, mem_pool_destroy, CUresult, (CUmemoryPool pool), \
+      (pool)) \
     X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0, CUDA, PLAIN, mem_retain_handle, CUresult, \
       (CUmemGenericAllocationHandle *handle, void *addr), (handle, addr)) \
     X(cuMemMap, cuMemMap, 10020, 0, CUDA, PLAIN, mem_map, CUresult, \

@@ -23,6 +23,59 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- bytes in flight: a driver call under way in this thread ---- */
+
+/* Between a reservation and its allocation's return (or an entry taken and
+ * its free's return) the ledger holds bytes NVML may not show yet (or may
+ * no longer show): the overhead reconciliation must not read them as the
+ * context's memory shrinking. One mark per thread: the thread is inside
+ * that driver call until it calls into the ledger again. */
+static __thread gs_ledger_account *flight_account;
+static __thread uint64_t flight_bytes;
+static __thread bool flight_key_set;
+static pthread_key_t flight_key;
+static pthread_once_t flight_once = PTHREAD_ONCE_INIT;
+
+static void flight_settle(void)
+{
+    gs_ledger_account *a = flight_account;
+    if (!a)
+        return;
+    flight_account = NULL;
+    pthread_mutex_lock(&a->mu);
+    a->in_flight = a->in_flight > flight_bytes ? a->in_flight - flight_bytes : 0;
+    pthread_mutex_unlock(&a->mu);
+    flight_bytes = 0;
+}
+
+/* A thread that ends inside nothing: its last mark goes with it. */
+static void flight_thread_exit(void *unused)
+{
+    (void)unused;
+    flight_settle();
+}
+
+static void flight_key_create(void) { pthread_key_create(&flight_key, flight_thread_exit); }
+
+static void flight_mark(gs_ledger_account *a, uint64_t bytes)
+{
+    flight_settle();
+    if (!a || !bytes)
+        return;
+    if (!flight_key_set) {
+        pthread_once(&flight_once, flight_key_create);
+        pthread_setspecific(flight_key, &flight_key_set);   /* non-NULL: the destructor runs */
+        flight_key_set = true;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->in_flight += bytes;
+    pthread_mutex_unlock(&a->mu);
+    flight_account = a;
+    flight_bytes = bytes;
+}
+
+void gs_ledger_call_returned(void) { flight_settle(); }
+
 /* ---- the map: open addressing, linear probing, backward-shift delete ---- */
 
 typedef struct map_entry {
@@ -133,6 +186,7 @@ static bool map_insert_locked(const map_entry *entry)
 
 void gs_ledger_track(int kind, uint64_t key, const gs_ledger_entry *entry)
 {
+    flight_settle();
     gs_ledger_entry replaced = {0};
     bool had = false;
     pthread_mutex_lock(&map_mu);
@@ -174,6 +228,7 @@ bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *b
 
 bool gs_ledger_take(int kind, uint64_t key, gs_ledger_entry *out)
 {
+    flight_settle();
     pthread_mutex_lock(&map_mu);
     map_entry *e = map_find_locked(kind, key);
     if (e) {
@@ -181,6 +236,8 @@ bool gs_ledger_take(int kind, uint64_t key, gs_ledger_entry *out)
         map_remove_locked(e);
     }
     pthread_mutex_unlock(&map_mu);
+    if (e && out->reserved)
+        flight_mark(out->account, out->bytes);   /* its free is next */
     return e != NULL;
 }
 
@@ -236,6 +293,7 @@ bool gs_ledger_vmm_retain(uint64_t handle)
 bool gs_ledger_vmm_release(uint64_t handle, bool *freed, gs_ledger_entry *entry)
 {
     *freed = false;
+    flight_settle();
     pthread_mutex_lock(&map_mu);
     map_entry *e = map_find_locked(GS_ALLOC_VMM_HANDLE, handle);
     if (e && e->refs > 0) {
@@ -245,6 +303,8 @@ bool gs_ledger_vmm_release(uint64_t handle, bool *freed, gs_ledger_entry *entry)
             map_remove_locked(e);
         }
         pthread_mutex_unlock(&map_mu);
+        if (*freed && entry->reserved)
+            flight_mark(entry->account, entry->bytes);   /* cuMemRelease is next */
         return true;
     }
     pthread_mutex_unlock(&map_mu);
@@ -253,6 +313,7 @@ bool gs_ledger_vmm_release(uint64_t handle, bool *freed, gs_ledger_entry *entry)
 
 void gs_ledger_vmm_unrelease(uint64_t handle, bool freed, const gs_ledger_entry *entry)
 {
+    flight_settle();
     if (freed) {
         gs_ledger_track(GS_ALLOC_VMM_HANDLE, handle, entry);
         return;
@@ -331,6 +392,7 @@ void gs_ledger_flush(gs_ledger_account *a)
         return;
     uint64_t used = 0, quota = 0;
     int rc = gs_rpc_release_memory(a->rpc, bytes, RELEASE_WAIT_MS, &used, &quota);
+    bool unsent = rc < 0 && gs_rpc_last_call_unsent();
     pthread_mutex_lock(&a->mu);
     if (rc == GS_RPC_OK) {
         a->reply_quota = quota;
@@ -342,12 +404,21 @@ void gs_ledger_flush(gs_ledger_account *a)
         /* A re-attach during the call declared only what is held (and
          * zeroed pending): these bytes are settled; re-adding them would
          * release them a second time from the new client. */
-    } else if (rc < 0) {
-        /* Transport trouble: keep it pending. After a reconnect the
+    } else if (unsent) {
+        /* It never left this process (not attached): keep it pending. A
          * re-attach declares only what is held, so it is settled then. */
         a->pending_release += bytes;
-        GS_DEBUG("ReleaseMemory(%llu) failed (%d: %s); kept pending", (unsigned long long)bytes, rc,
+        GS_DEBUG("ReleaseMemory(%llu) not sent (%d: %s); kept pending", (unsigned long long)bytes, rc,
                  gs_rpc_last_error());
+    } else if (rc < 0) {
+        /* Sent, unanswered: tokend applies a release whenever it reads it
+         * (no wait, no cancel), so it may have or may yet. Sent again, it
+         * could count memory free that the driver still holds; lost, tokend
+         * over-counts the group until a re-attach declares what is held. */
+        a->released_unknown += bytes;
+        GS_WARN("ReleaseMemory(%llu bytes) to tokend at %s got no answer (%d: %s); not sent again: if tokend "
+                "did not apply it, it counts these bytes held until this process re-attaches",
+                (unsigned long long)bytes, a->label, rc, gs_rpc_last_error());
     } else {
         GS_WARN("tokend refused ReleaseMemory(%llu bytes): %d %s", (unsigned long long)bytes, rc,
                 gs_rpc_last_error());
@@ -355,13 +426,19 @@ void gs_ledger_flush(gs_ledger_account *a)
     pthread_mutex_unlock(&a->mu);
 }
 
-void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes)
+/* landed: the part of bytes counted in flight (a deferred free's), taken
+ * out of flight in the same step as out of held: held but out of flight
+ * after the driver freed them, they would read as the context's own
+ * memory shrinking (its charge given back too early). */
+static void give_back(gs_ledger_account *a, uint64_t bytes, uint64_t landed)
 {
+    flight_settle();
     if (!bytes)
         return;
     pthread_mutex_lock(&a->mu);
     a->held = a->held > bytes ? a->held - bytes : 0;
     a->pending_release += bytes;
+    a->in_flight = a->in_flight > landed ? a->in_flight - landed : 0;
     a->view_valid = false;
     pthread_mutex_unlock(&a->mu);
     if (a->gate)
@@ -370,9 +447,22 @@ void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes)
         gs_ledger_flush(a);
 }
 
-int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
+void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes) { give_back(a, bytes, 0); }
+
+void gs_ledger_deferred_free(gs_ledger_account *a, uint64_t bytes)
+{
+    pthread_mutex_lock(&a->mu);
+    a->in_flight += bytes;   /* before this thread's mark on them goes */
+    pthread_mutex_unlock(&a->mu);
+    flight_settle();
+}
+
+void gs_ledger_deferred_free_done(gs_ledger_account *a, uint64_t bytes) { give_back(a, bytes, bytes); }
+
+static int reserve(gs_ledger_account *a, uint64_t bytes, const char *what, bool before_driver_call)
 {
     const gs_config *cfg = gs_config_get();
+    flight_settle();
     if (bytes == 0)
         return GS_RESERVE_GRANTED;   /* the driver rejects size 0 itself */
     uint64_t deadline = monotonic_ns() + (uint64_t)cfg->daemon_wait_ms * 1000000ull;
@@ -393,6 +483,8 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
             a->n_reserved++;
             a->view_valid = false;
             pthread_mutex_unlock(&a->mu);
+            if (before_driver_call)
+                flight_mark(a, bytes);   /* the allocation's real call is next */
             if (loss_logged)
                 GS_WARN("tokend at %s is back; %s of %llu bytes reserved", a->label, what,
                         (unsigned long long)bytes);
@@ -447,6 +539,16 @@ int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
         if (gs_rpc_wait_attached(a->rpc, (int)(left_ms < 200 ? left_ms + 1 : 200), NULL))
             usleep(10000);
     }
+}
+
+int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what)
+{
+    return reserve(a, bytes, what, true);
+}
+
+int gs_ledger_reserve_held(gs_ledger_account *a, uint64_t bytes, const char *what)
+{
+    return reserve(a, bytes, what, false);
 }
 
 bool gs_ledger_view(gs_ledger_account *a, uint64_t *quota, uint64_t *used, uint64_t *physical)
@@ -530,6 +632,7 @@ void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
     out->refusals = a->n_refused;
     out->flushes = a->n_flushes;
     out->bytes_released = a->bytes_released;
+    out->released_unknown = a->released_unknown;
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_lock(&map_mu);
     for (size_t i = 0; i < map_capacity; i++)
@@ -538,10 +641,11 @@ void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out)
     pthread_mutex_unlock(&map_mu);
 }
 
-void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves)
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves, uint64_t *in_flight)
 {
     pthread_mutex_lock(&a->mu);
     *held = a->held;
+    *in_flight = a->in_flight < a->held ? a->in_flight : a->held;
     pthread_mutex_unlock(&a->mu);
     *context_reserves = __atomic_load_n(&a->context_reserves, __ATOMIC_RELAXED);
 }
@@ -551,6 +655,8 @@ void gs_ledger_fork_parent(void) { pthread_mutex_unlock(&map_mu); }
 
 void gs_ledger_fork_child(void)
 {
+    flight_account = NULL;   /* the forking thread: every account is reset below */
+    flight_bytes = 0;
     if (map_slots)
         memset(map_slots, 0, map_capacity * sizeof *map_slots);
     map_count = 0;
@@ -562,6 +668,7 @@ void gs_ledger_account_fork_child(gs_ledger_account *a)
     pthread_mutex_init(&a->mu, NULL);
     a->held = 0;
     a->pending_release = 0;
+    a->in_flight = 0;
     a->view_valid = false;
     a->reply_quota = a->reply_used = 0;
     a->context_reserves = 0;

@@ -8,7 +8,11 @@
  * not know is forwarded untouched and releases nothing. Releases are
  * batched (releasing late is safe, granting early is not): the gate
  * keeper flushes them right away, a refused reservation flushes and
- * retries once, and Detach at exit returns everything. */
+ * retries once, and Detach at exit returns everything. A release is sent
+ * once: one that may have reached tokend without an answer (timeout, the
+ * transport failed after the send) is never sent again, since tokend
+ * applies it whenever it reads it; if it was lost, tokend counts those
+ * bytes held until the next re-attach declares what is really held. */
 #ifndef GSLICE_MEMORY_LEDGER_H
 #define GSLICE_MEMORY_LEDGER_H
 
@@ -52,6 +56,11 @@ typedef struct gs_ledger_account {
     uint64_t held;               /* reserved at tokend by this process */
     uint64_t pending_release;    /* freed here, not yet told to tokend */
     uint64_t attach_epoch;       /* bumped by each re-declaration (re-attach) */
+    /* Part of held whose driver call (an allocation, or a free) is under way
+     * in some thread, or whose free the driver carries out later
+     * (gs_ledger_deferred_free): NVML's per-process figure may show it or not. */
+    uint64_t in_flight;
+    uint64_t released_unknown;   /* releases sent without an answer: not sent again (see above) */
     uint64_t view_quota, view_used, view_physical, view_at_ns;
     uint64_t reply_quota, reply_used;   /* the group's figures in tokend's last memory reply (0, 0: none yet) */
     uint64_t context_reserves;          /* __atomic: bytes of its tracked GS_ALLOC_CONTEXT entries (reserved) */
@@ -69,15 +78,33 @@ typedef struct gs_ledger_stats {
     uint64_t refusals;
     uint64_t flushes;
     uint64_t bytes_released;
+    uint64_t released_unknown;
 } gs_ledger_stats;
 
 void gs_ledger_account_init(gs_ledger_account *a, struct gs_rpc *rpc, struct gs_gate *gate, const char *label);
 
 /* Reserve bytes before an allocation; `what` names the entry point for the
- * refusal log line. */
+ * refusal log line. A grant is in flight (gs_ledger_account.in_flight)
+ * until the same thread calls into the ledger again (track, give back,
+ * ...) or gs_ledger_call_returned(): the allocation's real call is what
+ * it makes in between. */
 int gs_ledger_reserve(gs_ledger_account *a, uint64_t bytes, const char *what);
+/* Reserve bytes for memory the driver holds already (growth found after
+ * the fact: a pool's footprint, a context's own memory): nothing in flight. */
+int gs_ledger_reserve_held(gs_ledger_account *a, uint64_t bytes, const char *what);
+/* The calling thread's driver call (allocation or free) after its
+ * reservation / gs_ledger_take returned: its bytes are no longer in
+ * flight. For callers whose real call is followed by no ledger call (a
+ * stream-ordered pool's allocation, a graph launch growing the graph pool). */
+void gs_ledger_call_returned(void);
 /* Give a reservation back (failed real call, excess of a worst case). */
 void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes);
+/* A free the driver carries out later (cuMemFreeAsync: when its stream
+ * reaches it), after gs_ledger_take and the call: its bytes stay held and
+ * in flight (NVML may show them or no longer) until
+ * gs_ledger_deferred_free_done gives them back. */
+void gs_ledger_deferred_free(gs_ledger_account *a, uint64_t bytes);
+void gs_ledger_deferred_free_done(gs_ledger_account *a, uint64_t bytes);
 
 /* Remember a successful allocation. A key the driver reports again (its
  * free was missed, e.g. freed by a context teardown we did not see)
@@ -85,7 +112,8 @@ void gs_ledger_give_back(gs_ledger_account *a, uint64_t bytes);
 void gs_ledger_track(int kind, uint64_t key, const gs_ledger_entry *entry);
 /* Look up without removing. */
 bool gs_ledger_lookup(int kind, uint64_t key, gs_ledger_account **a, uint64_t *bytes);
-/* Remove an entry (before its real free); false when unknown. */
+/* Remove an entry (before its real free: its bytes are in flight until
+ * this thread gives them back or tracks the entry again); false when unknown. */
 bool gs_ledger_take(int kind, uint64_t key, gs_ledger_entry *out);
 
 /* A context was destroyed (or the primary context reset / released for the
@@ -124,9 +152,9 @@ bool gs_ledger_group_has_pid(gs_ledger_account *a, uint32_t pid);
 uint64_t gs_ledger_redeclare(gs_ledger_account *a);
 
 void gs_ledger_get_stats(gs_ledger_account *a, gs_ledger_stats *out);
-/* What this process holds at tokend and how much of it is context reserves
- * (cheap: no scan of the map). */
-void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves);
+/* What this process holds at tokend, how much of it is context reserves
+ * and how much is in flight (cheap: no scan of the map). */
+void gs_ledger_charges(gs_ledger_account *a, uint64_t *held, uint64_t *context_reserves, uint64_t *in_flight);
 
 void gs_ledger_fork_prepare(void);
 void gs_ledger_fork_parent(void);

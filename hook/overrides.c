@@ -21,6 +21,7 @@
 #include "real_driver.h"
 #include "shim.h"
 #include "stream_capture.h"
+#include "stream_frees.h"
 #include "token_gate.h"
 
 #define GS_UNPAREN(...) __VA_ARGS__
@@ -95,18 +96,22 @@ static CUresult graph_launch_gated(void *const *real_slot, int ptsz, CUgraphExec
 
 /* A graph with memory nodes takes its bytes from the graph memory pool:
  * the pool's growth is charged first (refused over the quota), its real
- * footprint after (memory_pools.h). cuGraphUpload has the same signature
- * and the same memory. */
+ * footprint after (memory_pools.h). The charge comes before the gate: a
+ * refused launch never waits for or spends a slice, and no reservation's
+ * round trip runs inside one; while the launch waits at the gate its
+ * growth is in flight, so no reconciliation gives it back. cuGraphUpload
+ * has the same signature and the same memory. */
 static inline CUresult impl_graph_launch(void *const *real_slot, int ptsz, CUgraphExec hGraphExec,
                                          CUstream hStream)
 {
     if (!__atomic_load_n(&gs_graph_memory_execs, __ATOMIC_ACQUIRE) || !gs_shim_metered() ||
         (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   /* a child graph node: nothing runs */
         return graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
-    if (!gs_graph_memory_charge(hGraphExec))
+    gs_pool_growth growth;
+    if (!gs_graph_memory_charge(hGraphExec, &growth))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = graph_launch_gated(real_slot, ptsz, hGraphExec, hStream);
-    gs_pools_reconcile();
+    gs_pool_growth_done(&growth);
     return rc;
 }
 
@@ -186,6 +191,39 @@ GS_COPY_IMPL(fill16_async, gs_pfn_cuMemsetD16Async,
 GS_COPY_IMPL(fill32_async, gs_pfn_cuMemsetD32Async,
              (void *const *real_slot, int ptsz, CUdeviceptr dst, unsigned int v, size_t n, CUstream hStream),
              hStream, GS_FILL_KEY(4 * n), (dst, v, n, hStream))
+/* 2D fills (cudaMemset2D(Async)): Height rows of Width elements. */
+GS_COPY_IMPL(fill2d8, gs_pfn_cuMemsetD2D8_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h),
+             NULL, GS_FILL_KEY(w * h), (dst, pitch, v, w, h))
+GS_COPY_IMPL(fill2d16, gs_pfn_cuMemsetD2D16_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h),
+             NULL, GS_FILL_KEY(2 * w * h), (dst, pitch, v, w, h))
+GS_COPY_IMPL(fill2d32, gs_pfn_cuMemsetD2D32_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h),
+             NULL, GS_FILL_KEY(4 * w * h), (dst, pitch, v, w, h))
+GS_COPY_IMPL(fill2d8_async, gs_pfn_cuMemsetD2D8Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h,
+              CUstream hStream),
+             hStream, GS_FILL_KEY(w * h), (dst, pitch, v, w, h, hStream))
+GS_COPY_IMPL(fill2d16_async, gs_pfn_cuMemsetD2D16Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h,
+              CUstream hStream),
+             hStream, GS_FILL_KEY(2 * w * h), (dst, pitch, v, w, h, hStream))
+GS_COPY_IMPL(fill2d32_async, gs_pfn_cuMemsetD2D32Async,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h,
+              CUstream hStream),
+             hStream, GS_FILL_KEY(4 * w * h), (dst, pitch, v, w, h, hStream))
+/* Copies between CUDA arrays and device memory: device-side, synchronous. */
+GS_COPY_IMPL(copy_array_to_array, gs_pfn_cuMemcpyAtoA_v2,
+             (void *const *real_slot, int ptsz, CUarray dst, size_t dst_offset, CUarray src, size_t src_offset,
+              size_t n),
+             NULL, GS_COPY_KEY(n), (dst, dst_offset, src, src_offset, n))
+GS_COPY_IMPL(copy_device_to_array, gs_pfn_cuMemcpyDtoA_v2,
+             (void *const *real_slot, int ptsz, CUarray dst, size_t dst_offset, CUdeviceptr src, size_t n), NULL,
+             GS_COPY_KEY(n), (dst, dst_offset, src, n))
+GS_COPY_IMPL(copy_array_to_device, gs_pfn_cuMemcpyAtoD_v2,
+             (void *const *real_slot, int ptsz, CUdeviceptr dst, CUarray src, size_t src_offset, size_t n), NULL,
+             GS_COPY_KEY(n), (dst, src, src_offset, n))
 GS_COPY_IMPL(copy_peer, gs_pfn_cuMemcpyPeer, (void *const *real_slot, int ptsz, GS_UNPAREN GS_PEER_PARAMS), NULL,
              GS_COPY_KEY(ByteCount), GS_PEER_ARGS)
 GS_COPY_IMPL(copy_peer_async, gs_pfn_cuMemcpyPeerAsync,
@@ -270,25 +308,27 @@ static inline CUresult impl_capture_end(void *const *real_slot, int ptsz, CUstre
 }
 
 /* ---------------- synchronisations: a burst's end (gate_burst_end.c) ---------------- */
+/* The application waited for its work: stream-ordered frees it queued
+ * before are most likely done (stream_frees.h). */
 
 static inline CUresult impl_ctx_synchronize(void *const *real_slot, int ptsz)
 {
-    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize, (), gs_gate_after_app_sync())
+    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize, (), gs_gate_after_app_sync(); gs_stream_frees_poll())
 }
 
 static inline CUresult impl_ctx_synchronize_v2(void *const *real_slot, int ptsz, CUcontext ctx)
 {
-    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize_v2, (ctx), gs_gate_after_app_sync())
+    GS_AFTER_CORE(gs_pfn_cuCtxSynchronize_v2, (ctx), gs_gate_after_app_sync(); gs_stream_frees_poll())
 }
 
 static inline CUresult impl_stream_synchronize(void *const *real_slot, int ptsz, CUstream hStream)
 {
-    GS_AFTER_CORE(gs_pfn_cuStreamSynchronize, (hStream), gs_gate_after_app_sync())
+    GS_AFTER_CORE(gs_pfn_cuStreamSynchronize, (hStream), gs_gate_after_app_sync(); gs_stream_frees_poll())
 }
 
 static inline CUresult impl_event_synchronize(void *const *real_slot, int ptsz, CUevent hEvent)
 {
-    GS_AFTER_CORE(gs_pfn_cuEventSynchronize, (hEvent), gs_gate_after_app_sync())
+    GS_AFTER_CORE(gs_pfn_cuEventSynchronize, (hEvent), gs_gate_after_app_sync(); gs_stream_frees_poll())
 }
 
 /* ---------------- allocations: reserve first, then the real call ---------------- */
@@ -301,6 +341,7 @@ static bool reserve_on(gs_slot *slot, uint64_t bytes, const char *what, bool *re
     *reserved = false;
     if (!slot)
         return true;
+    gs_stream_frees_poll();   /* a stream-ordered free done meanwhile is room */
     if (!gs_overhead_before_reserve(slot, bytes, what))
         return false;
     int r = gs_ledger_reserve(&slot->ledger, bytes, what);
@@ -379,11 +420,13 @@ static inline CUresult impl_mem_alloc_managed(void *const *real_slot, int ptsz, 
     if (!slot || (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))   \
         return fn call_args;                                                           \
     CUmemoryPool from = (pool_expr);                                                   \
+    gs_pool_growth growth = {from, -1, 0, 0, false, false};                            \
+    gs_stream_frees_poll();                                                            \
     if (from && (!gs_overhead_before_reserve(slot, bytesize, "cuMemAllocAsync") ||     \
-                 !gs_pool_charge_growth(&slot->ledger, from, bytesize)))               \
+                 !gs_pool_charge_growth(&slot->ledger, from, bytesize, &growth)))      \
         return CUDA_ERROR_OUT_OF_MEMORY;                                               \
     CUresult rc = fn call_args;                                                        \
-    gs_pools_reconcile();                                                              \
+    gs_pool_growth_done(&growth);                                                      \
     return rc;
 
 static inline CUresult impl_mem_alloc_async(void *const *real_slot, int ptsz, CUdeviceptr *dptr,
@@ -403,6 +446,24 @@ static inline CUresult impl_mem_alloc_from_pool(void *const *real_slot, int ptsz
 static inline CUresult impl_mem_pool_trim(void *const *real_slot, int ptsz, CUmemoryPool pool, size_t minBytesToKeep)
 {
     GS_AFTER_CORE(gs_pfn_cuMemPoolTrimTo, (pool, minBytesToKeep), gs_pools_reconcile())
+}
+
+/* A destroyed pool is forgotten (its handle value may come back for a new
+ * pool) and its charge given back, unless blocks allocated from it are
+ * still outstanding: the driver then frees its memory only after them. */
+static inline CUresult impl_mem_pool_destroy(void *const *real_slot, int ptsz, CUmemoryPool pool)
+{
+    (void)ptsz;
+    gs_pfn_cuMemPoolDestroy fn = (gs_pfn_cuMemPoolDestroy)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered())
+        return fn(pool);
+    uint64_t outstanding = gs_pool_before_destroy(pool);
+    CUresult rc = fn(pool);
+    if (rc == CUDA_SUCCESS)
+        gs_pool_destroyed(pool, outstanding);
+    return rc;
 }
 
 /* Virtual memory: charged at creation for device locations only, to the
@@ -513,9 +574,11 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
     CUresult rc = fn(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (rc != CUDA_SUCCESS || !slot)
         return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, 0, worst, reserved, ctx);
-    uint64_t actual = (uint64_t)*pPitch * (uint64_t)Height;
+    /* charged: what is reserved for it now, given back at its free */
+    uint64_t actual = (uint64_t)*pPitch * (uint64_t)Height, charged = worst;
     if (reserved && actual < worst) {
         gs_ledger_give_back(&slot->ledger, worst - actual);
+        charged = actual;
     } else if (reserved && actual > worst) {
         int r = gs_ledger_reserve(&slot->ledger, actual - worst, "cuMemAllocPitch (pitch above 512-byte rows)");
         if (r == GS_RESERVE_REFUSED || r == GS_RESERVE_UNAVAILABLE) {
@@ -525,8 +588,10 @@ static inline CUresult impl_mem_alloc_pitch(void *const *real_slot, int ptsz, CU
             gs_ledger_give_back(&slot->ledger, worst);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        if (r == GS_RESERVE_GRANTED)
+            charged = actual;   /* else unmetered by policy: only the worst case was reserved */
     }
-    return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, *dptr, reserved ? actual : worst, reserved, ctx);
+    return alloc_finish(slot, rc, GS_ALLOC_DEVICE_PTR, *dptr, charged, reserved, ctx);
 }
 
 /* ---------------- frees: forget first, give back after ---------------- */
@@ -561,10 +626,29 @@ static inline CUresult impl_mem_free(void *const *real_slot, int ptsz, CUdevicep
     GS_FREE_CORE(gs_pfn_cuMemFree_v2, GS_ALLOC_DEVICE_PTR, dptr, (dptr))
 }
 
+/* A pool's block goes back to its pool, which may keep it: the pool's
+ * charge follows its footprint. A block charged by itself (cuMemAlloc*,
+ * managed) is freed by the driver only when the stream reaches the free:
+ * its charge goes then, not at the call (stream_frees.h). Into a
+ * capturing stream the free is a graph node: nothing is given back. */
 static inline CUresult impl_mem_free_async(void *const *real_slot, int ptsz, CUdeviceptr dptr, CUstream hStream)
 {
-    /* the block went back to its pool, which may keep it */
-    GS_AFTER_CORE(gs_pfn_cuMemFreeAsync, (dptr, hStream), gs_pools_reconcile())
+    gs_pfn_cuMemFreeAsync fn = (gs_pfn_cuMemFreeAsync)real_cuda(real_slot);
+    if (!fn)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!gs_shim_metered() || (gs_capture_any() && gs_capture_launch_is_captured(hStream, ptsz)))
+        return fn(dptr, hStream);
+    gs_stream_frees_poll();
+    gs_ledger_entry entry;
+    bool known = gs_ledger_take(GS_ALLOC_DEVICE_PTR, (uint64_t)dptr, &entry);
+    CUresult rc = fn(dptr, hStream);
+    if (known && rc == CUDA_SUCCESS)
+        gs_stream_free_queued(&entry, dptr, hStream, ptsz);
+    else if (known)
+        gs_ledger_track(GS_ALLOC_DEVICE_PTR, (uint64_t)dptr, &entry);
+    if (rc == CUDA_SUCCESS)
+        gs_pools_reconcile();
+    return rc;
 }
 
 /* One reference dropped; the charge goes when no reference and no mapping
@@ -623,6 +707,7 @@ static void context_gone(CUcontext ctx)
     if (gs_ledger_take(GS_ALLOC_CONTEXT, (uint64_t)(uintptr_t)ctx, &entry) && entry.reserved)
         gs_ledger_give_back(entry.account, entry.bytes);
     gs_ledger_release_context(ctx);
+    gs_stream_frees_context_gone(ctx);
 }
 
 #define GS_CTX_CREATE_CORE(pfn_type, call_args, dev)                                   \
@@ -716,9 +801,10 @@ static CUresult primary_release_or_reset(void *const *real_slot, CUdevice dev, b
     CUresult rc = fn(dev);
     CUcontext ctx = primary_ctx[dev];
     if (rc == CUDA_SUCCESS && ctx) {
-        if (!release)
+        if (!release) {
             gs_ledger_release_context(ctx);
-        else if (primary_retains[dev] > 0 && --primary_retains[dev] == 0)
+            gs_stream_frees_context_gone(ctx);
+        } else if (primary_retains[dev] > 0 && --primary_retains[dev] == 0)
             context_gone(ctx);
     }
     pthread_mutex_unlock(&primary_mu);
@@ -768,6 +854,7 @@ static inline CUresult impl_mem_get_info(void *const *real_slot, int ptsz, size_
     gs_slot *slot = gs_slot_for_current_context(NULL);
     if (slot)
         gs_graph_pool_watch(&slot->ledger);
+    gs_stream_frees_poll();
     gs_pools_reconcile();
     gs_overhead_reconcile(slot);
     uint64_t total, left;
@@ -834,6 +921,7 @@ static bool nvml_group_view(nvmlDevice_t device, unsigned long long *total, unsi
     uint64_t view_total, left, used;
     if (!gs_shim_metered())
         return false;
+    gs_stream_frees_poll();
     gs_pools_reconcile();
     gs_slot *slot = gs_slot_for_nvml_device(device);
     gs_overhead_reconcile(slot);

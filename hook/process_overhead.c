@@ -31,10 +31,6 @@ typedef nvmlReturn_t (*processes_fn)(nvmlDevice_t, unsigned int *, nvmlProcessIn
 #define GS_OVERHEAD_NEAR_QUOTA_INTERVAL_US 2000
 #define GS_OVERHEAD_NEAR_QUOTA_MIB 512
 
-static pthread_mutex_t overhead_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t charged_extra;     /* charged beyond the ledger's own entries (one slot: single GPU) */
-static uint64_t last_reconcile_ns; /* __atomic: when NVML was last asked (0: never) */
-
 static uint64_t monotonic_ns(void)
 {
     struct timespec ts;
@@ -66,7 +62,9 @@ static bool nvml_own_used(struct gs_slot *slot, uint64_t *used)
         return false;
     for (unsigned int i = 0; i < n; i++) {
         nvmlDevice_t dev;
-        if (handle_fn(i, &dev) != NVML_SUCCESS || gs_slot_for_nvml_device(dev) != slot)
+        /* A look-up, never a slot made: NVML lists every GPU of the node
+         * (CUDA_VISIBLE_DEVICES does not apply to it). */
+        if (handle_fn(i, &dev) != NVML_SUCCESS || !gs_slot_serves_nvml_device(slot, dev))
             continue;
         nvmlProcessInfo_t infos[256];
         unsigned int count = 256;
@@ -92,43 +90,83 @@ typedef struct overhead_figures {
     bool tokend_away;        /* ... because tokend did not answer (the ledger logged it) */
 } overhead_figures;
 
+/* The ledger's side of a reconciliation, read before and after NVML's. */
+typedef struct ledger_snapshot {
+    uint64_t allocations;   /* held for allocations and pools (beyond the overhead charge and reserves) */
+    uint64_t in_flight;     /* ... of which a driver call is under way */
+    uint64_t reserves;      /* held as context reserves */
+} ledger_snapshot;
+
+static ledger_snapshot snapshot(struct gs_slot *slot)
+{
+    uint64_t held, context_reserves, in_flight;
+    gs_ledger_charges(&slot->ledger, &held, &context_reserves, &in_flight);
+    uint64_t charged = slot->overhead.charged;
+    uint64_t entries = held > charged ? held - charged : 0;
+    uint64_t reserves = context_reserves < entries ? context_reserves : entries;
+    uint64_t allocations = entries - reserves;
+    return (ledger_snapshot){allocations, in_flight < allocations ? in_flight : allocations, reserves};
+}
+
+/* The charge for hidden bytes: the context reserves cover it, beyond them
+ * it plus the margin. A process that shows nothing beyond its allocations
+ * (the simulated GPU without context memory) gets no margin. */
+static uint64_t charge_for(uint64_t hidden, uint64_t reserves, uint64_t margin)
+{
+    return hidden && hidden + margin > reserves ? hidden + margin - reserves : 0;
+}
+
 /* hidden = NVML's figure minus the allocations charged: the context's own
  * memory. Charged for it: the context reserves, and beyond them whatever
  * hidden + margin exceeds them, so growth up to the margin after this
- * point still fits the quota. A process that shows nothing beyond its
- * allocations (the simulated GPU without context memory) gets no margin. */
+ * point still fits the quota.
+ * An allocation or free under way in another thread (held already, or
+ * still, NVML's figure maybe not) leaves hidden between two bounds: it is
+ * charged up to the lower one and given back down to the upper one only,
+ * so a large allocation in flight does not read as the context's memory
+ * given back (nor a finished one as growth). The ledger is read before
+ * and after NVML: an allocation or free between the two is counted in
+ * whichever reading makes each bound safe. */
 static bool reconcile(struct gs_slot *slot, overhead_figures *f)
 {
-    uint64_t used;
-    __atomic_store_n(&last_reconcile_ns, monotonic_ns(), __ATOMIC_RELAXED);
-    if (!slot || !nvml_own_used(slot, &used))
+    if (!slot)
         return true;
+    gs_overhead *o = &slot->overhead;
+    __atomic_store_n(&o->last_reconcile_ns, monotonic_ns(), __ATOMIC_RELAXED);
+    gs_ledger_call_returned();   /* this thread is in no driver call of its own */
     uint64_t margin = gs_config_get()->growth_margin;
-    pthread_mutex_lock(&overhead_mu);
-    uint64_t held, context_reserves;
-    gs_ledger_charges(&slot->ledger, &held, &context_reserves);
-    uint64_t entries = held > charged_extra ? held - charged_extra : 0;
-    uint64_t reserves = context_reserves < entries ? context_reserves : entries;
-    uint64_t allocations = entries - reserves;
-    uint64_t hidden = used > allocations ? used - allocations : 0;
-    uint64_t want = hidden && hidden + margin > reserves ? hidden + margin - reserves : 0;
+    pthread_mutex_lock(&o->mu);
+    ledger_snapshot before = snapshot(slot);
+    uint64_t used;
+    if (!nvml_own_used(slot, &used)) {
+        pthread_mutex_unlock(&o->mu);
+        return true;
+    }
+    ledger_snapshot after = snapshot(slot);
+    uint64_t most = before.allocations > after.allocations ? before.allocations : after.allocations;
+    uint64_t least_before = before.allocations - before.in_flight, least_after = after.allocations - after.in_flight;
+    uint64_t least = least_before < least_after ? least_before : least_after;
+    uint64_t hidden_low = used > most ? used - most : 0;
+    uint64_t hidden_high = used > least ? used - least : 0;
+    uint64_t want_low = charge_for(hidden_low, after.reserves, margin);
+    uint64_t want_high = charge_for(hidden_high, after.reserves, margin);
     uint64_t uncharged = 0;
     bool away = false;
-    if (want > charged_extra) {
-        uint64_t more = want - charged_extra;
-        int r = gs_ledger_reserve(&slot->ledger, more,
-                                  "device memory beyond allocations (NVML per-process used + "
-                                  "GSLICE_CONTEXT_GROWTH_MARGIN_MIB)");
+    if (want_low > o->charged) {
+        uint64_t more = want_low - o->charged;
+        int r = gs_ledger_reserve_held(&slot->ledger, more,
+                                       "device memory beyond allocations (NVML per-process used + "
+                                       "GSLICE_CONTEXT_GROWTH_MARGIN_MIB)");
         if (r == GS_RESERVE_GRANTED)
-            charged_extra += more;
+            o->charged += more;
         else if (r != GS_RESERVE_UNMETERED)
             uncharged = more, away = r == GS_RESERVE_UNAVAILABLE;
-    } else if (want < charged_extra) {
-        gs_ledger_give_back(&slot->ledger, charged_extra - want);
-        charged_extra = want;
+    } else if (want_high < o->charged) {
+        gs_ledger_give_back(&slot->ledger, o->charged - want_high);
+        o->charged = want_high;
     }
-    *f = (overhead_figures){used, allocations, reserves, charged_extra, uncharged, away};
-    pthread_mutex_unlock(&overhead_mu);
+    *f = (overhead_figures){used, after.allocations, after.reserves, o->charged, uncharged, away};
+    pthread_mutex_unlock(&o->mu);
     return uncharged == 0;
 }
 
@@ -148,7 +186,7 @@ bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char
 {
     if (!slot)
         return true;
-    uint64_t last = __atomic_load_n(&last_reconcile_ns, __ATOMIC_RELAXED);
+    uint64_t last = __atomic_load_n(&slot->overhead.last_reconcile_ns, __ATOMIC_RELAXED);
     uint64_t room;
     bool near = !gs_ledger_last_headroom(&slot->ledger, &room) ||
                 room < bytes + ((uint64_t)GS_OVERHEAD_NEAR_QUOTA_MIB << 20);
@@ -172,9 +210,15 @@ bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char
     return false;
 }
 
+void gs_overhead_init(gs_overhead *o)
+{
+    pthread_mutex_init(&o->mu, NULL);
+    o->charged = 0;
+    o->last_reconcile_ns = 0;
+}
+
 void gs_overhead_fork_child(void)
 {
-    pthread_mutex_init(&overhead_mu, NULL);
-    charged_extra = 0;
-    last_reconcile_ns = 0;
+    for (int i = 0; i < gs_slot_count(); i++)
+        gs_overhead_init(&gs_slot_at(i)->overhead);
 }

@@ -11,7 +11,9 @@
  *    daemon's GPU: once the hidden memory (NVML's figure minus the
  *    allocations charged) plus GSLICE_CONTEXT_GROWTH_MARGIN_MIB (default
  *    64 MiB) exceeds the context reserves, the difference is charged too
- *    (and given back when the process's use drops again);
+ *    (and given back when the process's use drops again; not while an
+ *    allocation or free under way may be what NVML does not show yet:
+ *    gs_ledger_account.in_flight). One charge per slot (GPU);
  *  - reconciliation runs before every allocation's reservation (rate
  *    limited, see gs_overhead_before_reserve), so growth the driver made
  *    since the last one is charged first, and an allocation is refused
@@ -25,10 +27,21 @@
 #ifndef GSLICE_PROCESS_OVERHEAD_H
 #define GSLICE_PROCESS_OVERHEAD_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 struct gs_slot;
+
+/* One slot's charge for this memory (each GPU's tokend has its own). */
+typedef struct gs_overhead {
+    pthread_mutex_t mu;          /* one reconciliation at a time (it may reserve: an RPC) */
+    uint64_t charged;            /* charged beyond the ledger's own entries */
+    uint64_t last_reconcile_ns;  /* __atomic: when NVML was last asked (0: never) */
+} gs_overhead;
+
+/* A new slot's (device_slot.c). */
+void gs_overhead_init(gs_overhead *o);
 
 /* Charge (or give back) the difference between NVML's per-process used
  * memory (plus the margin) and what the ledger holds. False when growth was
@@ -42,7 +55,7 @@ bool gs_overhead_reconcile(struct gs_slot *slot);
  * GS_OVERHEAD_NEAR_QUOTA_MIB). False: answer
  * CUDA_ERROR_OUT_OF_MEMORY (logged). */
 bool gs_overhead_before_reserve(struct gs_slot *slot, uint64_t bytes, const char *what);
-/* fork(): the child has charged nothing yet. */
+/* fork(): the child has charged nothing yet (every slot's). */
 void gs_overhead_fork_child(void);
 
 #endif

@@ -25,10 +25,16 @@
 #define STOP_JOIN_MS 2000
 
 static __thread char rpc_last_error[256];
+static __thread bool rpc_last_unsent;
 
 const char *gs_rpc_last_error(void)
 {
     return rpc_last_error;
+}
+
+bool gs_rpc_last_call_unsent(void)
+{
+    return rpc_last_unsent;
 }
 
 static void set_last_error(const char *message)
@@ -109,6 +115,7 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
 {
     call->wait_ms = wait_ms;
     enum rpc_method method = call->method;
+    rpc_last_unsent = true;   /* until the call is handed to the connection */
     pthread_mutex_lock(&rpc->lock);
     if (rpc->stop) {
         /* The I/O thread is gone or going (process exit): nobody would ever
@@ -150,7 +157,9 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
         int rv = wait_ms > 0 ? pthread_cond_timedwait(&call->done_cond, &rpc->lock, &deadline)
                              : pthread_cond_wait(&call->done_cond, &rpc->lock);
         if (rv == ETIMEDOUT && !call->done) {
-            /* From here the call belongs to the I/O thread alone. */
+            /* From here the call belongs to the I/O thread alone, which may
+             * still send it: whether tokend serves it is unknown. */
+            rpc_last_unsent = false;
             call->abandoned = true;
             rpc_call_unref_locked(call);
             pthread_mutex_unlock(&rpc->lock);
@@ -163,6 +172,7 @@ static int run_call(gs_rpc *rpc, rpc_call *call, int wait_ms)
         }
     }
     int result = call->result;
+    rpc_last_unsent = !call->sent;
     set_last_error(call->message);
     pthread_mutex_unlock(&rpc->lock);
     return result;
@@ -179,6 +189,7 @@ static void finish_call(gs_rpc *rpc, rpc_call *call, int result)
 
 static rpc_call *new_caller_call(enum rpc_method method)
 {
+    rpc_last_unsent = true;
     rpc_call *call = rpc_call_new(method, false);
     if (!call)
         set_last_error("out of memory for an RPC call");

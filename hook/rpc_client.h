@@ -119,6 +119,13 @@ int gs_rpc_memory_info(gs_rpc *rpc, int wait_ms, uint64_t *quota, uint64_t *used
                        uint32_t *pids, int max_pids, int *n_pids);
 
 const char *gs_rpc_last_error(void);
+/* Whether the calling thread's last call failed before it was handed to the
+ * connection (not attached, client stopping): tokend never saw it, and it
+ * may be sent again. False once it was handed over, whatever the result:
+ * after GS_RPC_TIMEOUT, or a transport failure after the send (the
+ * connection or client.calls closed, GS_RPC_UNAVAILABLE), tokend may have
+ * served it, or may still. */
+bool gs_rpc_last_call_unsent(void);
 
 /* fork() handlers (pthread_atfork): prepare/parent around the fork, child
  * in the child at once (closes the child's copy of the connection). */

@@ -90,6 +90,7 @@ typedef struct rpc_call {
     enum rpc_method method;
     bool internal;              /* the I/O thread's own (no waiter) */
     bool done, abandoned, have_reply;
+    bool sent;                  /* handed to the connection: tokend may have served it (under rpc->lock) */
     int result;
     int wait_ms;
     int32_t stream_id;          /* 0 until started */

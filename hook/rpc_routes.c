@@ -101,6 +101,7 @@ bool rpc_send_on_calls_socket(gs_rpc *rpc, rpc_call *call, bool io_thread)
             call->stream_id = -1;   /* no HTTP/2 stream */
             call->stream_call_id = call_id;
             call->on_socket = true;
+            call->sent = true;
             call->next = rpc->in_flight;
             rpc->in_flight = call;
             pthread_mutex_unlock(&rpc->lock);
@@ -162,6 +163,7 @@ bool rpc_start_call(gs_rpc *rpc, rpc_call *call)
     pthread_mutex_lock(&rpc->lock);
     call->stream_id = id;
     call->stream_call_id = call_id;
+    call->sent = true;
     call->next = rpc->in_flight;
     rpc->in_flight = call;
     pthread_mutex_unlock(&rpc->lock);

@@ -16,6 +16,7 @@
 #include "process_overhead.h"
 #include "real_driver.h"
 #include "stream_capture.h"
+#include "stream_frees.h"
 
 static pthread_once_t shim_once = PTHREAD_ONCE_INIT;
 static bool shim_metered;
@@ -40,6 +41,7 @@ static void fork_child(void)
 {
     gs_ledger_fork_child();
     gs_pools_fork_child();
+    gs_stream_frees_fork_child();
     gs_overhead_fork_child();
     gs_contexts_fork_child();
     gs_slots_fork_child();

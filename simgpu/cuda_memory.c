@@ -46,6 +46,7 @@ struct allocation {
     size_t counted;   /* bytes counted against device memory */
     uint32_t kind;
     CUcontext ctx;    /* current when it was made: its teardown frees it */
+    struct CUmemPoolHandle_st *pool;   /* ALLOC_POOL: the pool it came from */
 };
 
 /* Allocations sorted by base, for exact frees and range checks on copies. */
@@ -156,7 +157,7 @@ static CUresult allocate(size_t bytes, bool low_32bit, uintptr_t *out) {
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (!sim_memory_reserve(sim_process.dev, sim_process.slot, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = map_anonymous(bytes, low_32bit);
-    struct allocation entry = {(uintptr_t)p, bytes, bytes, ALLOC_DEVICE, sim_current_context()};
+    struct allocation entry = {(uintptr_t)p, bytes, bytes, ALLOC_DEVICE, sim_current_context(), NULL};
     if (!p || !table_insert(entry)) {
         if (p) munmap(p, bytes);
         sim_memory_release(sim_process.dev, sim_process.slot, bytes);
@@ -166,7 +167,7 @@ static CUresult allocate(size_t bytes, bool low_32bit, uintptr_t *out) {
     return CUDA_SUCCESS;
 }
 
-static void pool_block_freed(size_t bytes);
+static void pool_block_freed(struct CUmemPoolHandle_st *pool, size_t bytes);
 
 void sim_memory_free_context(CUcontext ctx) {
     for (;;) {
@@ -193,7 +194,7 @@ CUresult sim_memory_free(CUdeviceptr ptr) {
     }
     if (table_remove((uintptr_t)ptr, ALLOC_POOL, &a)) {
         munmap((void *)a.base, a.size);
-        pool_block_freed(a.size); /* the pool keeps the memory */
+        pool_block_freed(a.pool, a.size); /* the pool keeps the memory */
         return CUDA_SUCCESS;
     }
     return CUDA_ERROR_INVALID_VALUE;
@@ -275,21 +276,37 @@ CU_EXPORT(cuMemFree_v2, (CUdeviceptr dptr));
 CUresult sim_cuMemFree(unsigned int dptr) { return sim_cuMemFree_v2((CUdeviceptr)dptr); }
 CU_EXPORT(cuMemFree, (unsigned int dptr));
 
-/* ---- stream-ordered pool ------------------------------------------------
- * One pool per device (the default pool). A block freed with
- * cuMemFreeAsync goes back to the pool, which keeps the device memory
- * (RESERVED_MEM_CURRENT) and reuses it; at the next synchronisation
- * (stream, event, context) it releases what it holds above
+/* ---- stream-ordered pools ----------------------------------------------
+ * The device's default pool and pools made by cuMemPoolCreate. A block
+ * freed with cuMemFreeAsync goes back to its pool, which keeps the device
+ * memory (RESERVED_MEM_CURRENT) and reuses it; at the next synchronisation
+ * (stream, event, context) each pool releases what it holds above
  * max(in use, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) (default threshold 0);
- * cuMemPoolTrimTo releases down to max(in use, minBytesToKeep). */
+ * cuMemPoolTrimTo releases down to max(in use, minBytesToKeep).
+ * cuMemPoolDestroy releases a pool's memory at once, or, while blocks
+ * allocated from it are not freed yet (frees still queued on a stream
+ * included), when the last of them is freed (cuda.h). */
 struct CUmemPoolHandle_st {
     uint32_t tag;
     pthread_mutex_t lock;
     uint64_t reserved, used, threshold, reserved_high, used_high;
+    uint64_t max_size;        /* CUmemPoolProps.maxSize; 0: no limit */
+    bool destroyed;           /* cuMemPoolDestroy with blocks outstanding: freed with the last one */
+    struct CUmemPoolHandle_st *next;
 };
-static struct CUmemPoolHandle_st default_pool = {SIM_TAG_POOL, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0};
+static struct CUmemPoolHandle_st default_pool = {SIM_TAG_POOL, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, false, NULL};
+/* Every pool not yet gone, the default one first. */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUmemPoolHandle_st *pools = &default_pool;
 
-static bool pool_live(CUmemoryPool pool) { return pool == &default_pool; }
+/* A pool the caller may use: made and not destroyed. */
+static bool pool_live(CUmemoryPool pool) {
+    pthread_mutex_lock(&pools_lock);
+    struct CUmemPoolHandle_st *p = pools;
+    while (p && (p != pool || p->destroyed)) p = p->next;
+    pthread_mutex_unlock(&pools_lock);
+    return p != NULL;
+}
 
 /* Called with the pool locked: release what it holds above keep. */
 static void pool_shrink_locked(struct CUmemPoolHandle_st *pool, uint64_t keep) {
@@ -300,15 +317,35 @@ static void pool_shrink_locked(struct CUmemPoolHandle_st *pool, uint64_t keep) {
 }
 
 void sim_pools_release_at_sync(void) {
-    pthread_mutex_lock(&default_pool.lock);
-    pool_shrink_locked(&default_pool, default_pool.threshold);
-    pthread_mutex_unlock(&default_pool.lock);
+    pthread_mutex_lock(&pools_lock);
+    for (struct CUmemPoolHandle_st *p = pools; p; p = p->next) {
+        pthread_mutex_lock(&p->lock);
+        if (!p->destroyed) pool_shrink_locked(p, p->threshold);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&pools_lock);
 }
 
-static void pool_block_freed(size_t bytes) {
-    pthread_mutex_lock(&default_pool.lock);
-    default_pool.used -= bytes;
-    pthread_mutex_unlock(&default_pool.lock);
+/* The pool's memory goes back to the device and the pool is gone. Called
+ * with pools_lock held and the pool unlocked, nothing allocated from it. */
+static void pool_free_locked(struct CUmemPoolHandle_st *pool) {
+    pool_shrink_locked(pool, 0);
+    struct CUmemPoolHandle_st **link = &pools;
+    while (*link && *link != pool) link = &(*link)->next;
+    if (*link) *link = pool->next;
+    pool->tag = SIM_TAG_DEAD;
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+static void pool_block_freed(struct CUmemPoolHandle_st *pool, size_t bytes) {
+    pthread_mutex_lock(&pools_lock);
+    pthread_mutex_lock(&pool->lock);
+    pool->used -= bytes;
+    bool gone = pool->destroyed && pool->used == 0;
+    pthread_mutex_unlock(&pool->lock);
+    if (gone) pool_free_locked(pool);
+    pthread_mutex_unlock(&pools_lock);
 }
 
 static CUresult pool_allocate(struct CUmemPoolHandle_st *pool, size_t bytes, CUdeviceptr *dptr) {
@@ -316,12 +353,13 @@ static CUresult pool_allocate(struct CUmemPoolHandle_st *pool, size_t bytes, CUd
     pthread_mutex_lock(&pool->lock);
     uint64_t idle = pool->reserved - pool->used;
     uint64_t grow = bytes > idle ? bytes - idle : 0;
-    if (grow && !sim_memory_reserve(sim_process.dev, sim_process.slot, grow)) {
+    if (grow && ((pool->max_size && pool->reserved + grow > pool->max_size) ||
+                 !sim_memory_reserve(sim_process.dev, sim_process.slot, grow))) {
         pthread_mutex_unlock(&pool->lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     void *p = map_anonymous(bytes, false);
-    struct allocation entry = {(uintptr_t)p, bytes, 0, ALLOC_POOL, sim_current_context()};
+    struct allocation entry = {(uintptr_t)p, bytes, 0, ALLOC_POOL, sim_current_context(), pool};
     if (!p || !table_insert(entry)) {
         if (p) munmap(p, bytes);
         if (grow) sim_memory_release(sim_process.dev, sim_process.slot, grow);
@@ -336,6 +374,45 @@ static CUresult pool_allocate(struct CUmemPoolHandle_st *pool, size_t bytes, CUd
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
+
+/* Pinned device memory of device 0 (the one device), as cuda.h allows. */
+CUresult sim_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    p->tag = SIM_TAG_POOL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->max_size = props->maxSize;
+    pthread_mutex_lock(&pools_lock);
+    p->next = pools->next;   /* after the default pool */
+    pools->next = p;
+    pthread_mutex_unlock(&pools_lock);
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuMemPoolCreate, (CUmemoryPool * pool, const CUmemPoolProps *props));
+
+/* The default pool cannot be destroyed (CUDA_ERROR_INVALID_VALUE). */
+CUresult sim_cuMemPoolDestroy(CUmemoryPool pool) {
+    CUresult rc = sim_require_init();
+    if (rc) return rc;
+    if (pool == &default_pool || !pool_live(pool)) return CUDA_ERROR_INVALID_VALUE;
+    struct CUmemPoolHandle_st *p = pool;
+    pthread_mutex_lock(&pools_lock);
+    pthread_mutex_lock(&p->lock);
+    p->destroyed = true;
+    bool unused = p->used == 0;
+    pthread_mutex_unlock(&p->lock);
+    if (unused) pool_free_locked(p);
+    pthread_mutex_unlock(&pools_lock);
+    return CUDA_SUCCESS;
+}
+CU_EXPORT(cuMemPoolDestroy, (CUmemoryPool pool));
 
 static CUresult device_pool(CUmemoryPool *pool, CUdevice dev) {
     CUresult rc = sim_require_init();
@@ -510,7 +587,7 @@ CUresult sim_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     if (rc) return rc;
     if (!pp || !bytesize) return CUDA_ERROR_INVALID_VALUE;
     void *p = map_anonymous(bytesize, false);
-    struct allocation entry = {(uintptr_t)p, bytesize, 0, ALLOC_HOST, NULL};
+    struct allocation entry = {(uintptr_t)p, bytesize, 0, ALLOC_HOST, NULL, NULL};
     if (!p || !table_insert(entry)) {
         if (p) munmap(p, bytesize);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -648,7 +725,7 @@ CUresult sim_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment
     if (base > (uintptr_t)raw) munmap(raw, base - (uintptr_t)raw);
     uintptr_t end = (uintptr_t)raw + span;
     if (end > base + size) munmap((void *)(base + size), end - (base + size));
-    struct allocation entry = {base, size, 0, ALLOC_RESERVED, NULL};
+    struct allocation entry = {base, size, 0, ALLOC_RESERVED, NULL, NULL};
     if (!table_insert(entry)) {
         munmap((void *)base, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -979,27 +1056,42 @@ CU_EXPORT(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s
 CUresult sim_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return copy_async(DPTR(dst), DPTR(src), n, ANY_TO_ANY, s, true); }
 CU_EXPORT(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s));
 
-/* Fill n elements of `width` bytes with value. */
-static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, bool has_stream, CUstream hStream,
-                     bool ptds) {
+/* Fill rows rows of n elements of `width` bytes with value, the rows pitch
+ * bytes apart (cuMemsetD2D*; the 1D fills are one row). The pointer and
+ * the pitch must be aligned to the element (cuda.h); the pitch is unused
+ * for one row. */
+static CUresult fill_2d(CUdeviceptr dst, size_t pitch, uint32_t value, size_t n, size_t rows, unsigned width,
+                        bool has_stream, CUstream hStream, bool ptds) {
     CUresult rc = sim_require_context();
     if (rc) return rc;
     bool captured = false;
     if (has_stream && (rc = stream_capturing(hStream, ptds, &captured))) return rc;
-    if (!n) return CUDA_SUCCESS;
-    if (n > SIZE_MAX / width || !device_range(dst, n * width) || dst % width) return CUDA_ERROR_INVALID_VALUE;
+    if (!n || !rows) return CUDA_SUCCESS;
+    if (n > SIZE_MAX / width || dst % width) return CUDA_ERROR_INVALID_VALUE;
+    size_t row = n * width;
+    if (rows > 1 && (pitch < row || pitch % width || rows - 1 > (SIZE_MAX - row) / pitch))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_range(dst, rows > 1 ? (rows - 1) * pitch + row : row)) return CUDA_ERROR_INVALID_VALUE;
     CUstream stream = has_stream ? hStream : NULL;
-    if (!captured && (rc = queue_copy_time(stream, ptds, n * width, true, false))) return rc;
-    unsigned char *p = DPTR(dst);
-    if (width == 1) {
-        memset(p, (int)(value & 0xff), n);
-    } else if (width == 2) {
-        uint16_t v = (uint16_t)value;
-        for (size_t i = 0; i < n; i++) memcpy(p + 2 * i, &v, 2);
-    } else {
-        for (size_t i = 0; i < n; i++) memcpy(p + 4 * i, &value, 4);
+    if (!captured && (rc = queue_copy_time(stream, ptds, row * rows, true, false))) return rc;
+    for (size_t y = 0; y < rows; y++) {
+        unsigned char *p = (unsigned char *)DPTR(dst) + y * pitch;
+        if (width == 1) {
+            memset(p, (int)(value & 0xff), n);
+        } else if (width == 2) {
+            uint16_t v = (uint16_t)value;
+            for (size_t i = 0; i < n; i++) memcpy(p + 2 * i, &v, 2);
+        } else {
+            for (size_t i = 0; i < n; i++) memcpy(p + 4 * i, &value, 4);
+        }
     }
     return captured || has_stream ? CUDA_SUCCESS : wait_before_sync_copy(ptds);
+}
+
+/* Fill n elements of `width` bytes with value. */
+static CUresult fill(CUdeviceptr dst, uint32_t value, size_t n, unsigned width, bool has_stream, CUstream hStream,
+                     bool ptds) {
+    return fill_2d(dst, 0, value, n, 1, width, has_stream, hStream, ptds);
 }
 
 CUresult sim_cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill(d, v, n, 1, false, NULL, false); }
@@ -1026,6 +1118,89 @@ CUresult sim_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream 
 CU_EXPORT(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream s));
 CUresult sim_cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return fill(d, v, n, 4, true, s, true); }
 CU_EXPORT(cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream s));
+
+#define FILL_2D_PARAMS(T) CUdeviceptr d, size_t pitch, T v, size_t w, size_t h
+CUresult sim_cuMemsetD2D8_v2(FILL_2D_PARAMS(unsigned char)) { return fill_2d(d, pitch, v, w, h, 1, false, NULL, false); }
+CU_EXPORT(cuMemsetD2D8_v2, (FILL_2D_PARAMS(unsigned char)));
+CUresult sim_cuMemsetD2D8_v2_ptds(FILL_2D_PARAMS(unsigned char)) { return fill_2d(d, pitch, v, w, h, 1, false, NULL, true); }
+CU_EXPORT(cuMemsetD2D8_v2_ptds, (FILL_2D_PARAMS(unsigned char)));
+CUresult sim_cuMemsetD2D16_v2(FILL_2D_PARAMS(unsigned short)) { return fill_2d(d, pitch, v, w, h, 2, false, NULL, false); }
+CU_EXPORT(cuMemsetD2D16_v2, (FILL_2D_PARAMS(unsigned short)));
+CUresult sim_cuMemsetD2D16_v2_ptds(FILL_2D_PARAMS(unsigned short)) { return fill_2d(d, pitch, v, w, h, 2, false, NULL, true); }
+CU_EXPORT(cuMemsetD2D16_v2_ptds, (FILL_2D_PARAMS(unsigned short)));
+CUresult sim_cuMemsetD2D32_v2(FILL_2D_PARAMS(unsigned int)) { return fill_2d(d, pitch, v, w, h, 4, false, NULL, false); }
+CU_EXPORT(cuMemsetD2D32_v2, (FILL_2D_PARAMS(unsigned int)));
+CUresult sim_cuMemsetD2D32_v2_ptds(FILL_2D_PARAMS(unsigned int)) { return fill_2d(d, pitch, v, w, h, 4, false, NULL, true); }
+CU_EXPORT(cuMemsetD2D32_v2_ptds, (FILL_2D_PARAMS(unsigned int)));
+CUresult sim_cuMemsetD2D8Async(FILL_2D_PARAMS(unsigned char), CUstream s) { return fill_2d(d, pitch, v, w, h, 1, true, s, false); }
+CU_EXPORT(cuMemsetD2D8Async, (FILL_2D_PARAMS(unsigned char), CUstream s));
+CUresult sim_cuMemsetD2D8Async_ptsz(FILL_2D_PARAMS(unsigned char), CUstream s) { return fill_2d(d, pitch, v, w, h, 1, true, s, true); }
+CU_EXPORT(cuMemsetD2D8Async_ptsz, (FILL_2D_PARAMS(unsigned char), CUstream s));
+CUresult sim_cuMemsetD2D16Async(FILL_2D_PARAMS(unsigned short), CUstream s) { return fill_2d(d, pitch, v, w, h, 2, true, s, false); }
+CU_EXPORT(cuMemsetD2D16Async, (FILL_2D_PARAMS(unsigned short), CUstream s));
+CUresult sim_cuMemsetD2D16Async_ptsz(FILL_2D_PARAMS(unsigned short), CUstream s) { return fill_2d(d, pitch, v, w, h, 2, true, s, true); }
+CU_EXPORT(cuMemsetD2D16Async_ptsz, (FILL_2D_PARAMS(unsigned short), CUstream s));
+CUresult sim_cuMemsetD2D32Async(FILL_2D_PARAMS(unsigned int), CUstream s) { return fill_2d(d, pitch, v, w, h, 4, true, s, false); }
+CU_EXPORT(cuMemsetD2D32Async, (FILL_2D_PARAMS(unsigned int), CUstream s));
+CUresult sim_cuMemsetD2D32Async_ptsz(FILL_2D_PARAMS(unsigned int), CUstream s) { return fill_2d(d, pitch, v, w, h, 4, true, s, true); }
+CU_EXPORT(cuMemsetD2D32Async_ptsz, (FILL_2D_PARAMS(unsigned int), CUstream s));
+#undef FILL_2D_PARAMS
+
+/* ---- copies between arrays and device memory ----------------------------
+ * cuMemcpyAtoA / DtoA / AtoD: ByteCount bytes at byte offsets into the
+ * arrays' memory (the arrays' layout is not modelled beyond their bytes),
+ * synchronous, device-side (engine time at the device rate). */
+
+/* [offset, offset + bytes) of array a, or NULL. */
+static unsigned char *array_bytes(CUarray array, size_t offset, size_t bytes) {
+    struct CUarray_st *a = (struct CUarray_st *)array;
+    if (!a || a->tag != SIM_TAG_ARRAY || offset > a->bytes || bytes > a->bytes - offset) return NULL;
+    return (unsigned char *)a->base + offset;
+}
+
+static CUresult copy_with_arrays(void *dst, const void *src, size_t bytes, bool ptds) {
+    CUresult rc = queue_copy_time(NULL, ptds, bytes, true, false);
+    if (rc) return rc;
+    memmove(dst, src, bytes);
+    return wait_before_sync_copy(ptds);
+}
+
+static CUresult copy_a_to_a(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset, size_t n, bool ptds) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    unsigned char *d = array_bytes(dst, dst_offset, n), *s = array_bytes(src, src_offset, n);
+    if (!d || !s) return CUDA_ERROR_INVALID_VALUE;
+    return n ? copy_with_arrays(d, s, n, ptds) : CUDA_SUCCESS;
+}
+
+static CUresult copy_d_to_a(CUarray dst, size_t dst_offset, CUdeviceptr src, size_t n, bool ptds) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    unsigned char *d = array_bytes(dst, dst_offset, n);
+    if (!d || !device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    return n ? copy_with_arrays(d, DPTR(src), n, ptds) : CUDA_SUCCESS;
+}
+
+static CUresult copy_a_to_d(CUdeviceptr dst, CUarray src, size_t src_offset, size_t n, bool ptds) {
+    CUresult rc = sim_require_context();
+    if (rc) return rc;
+    unsigned char *s = array_bytes(src, src_offset, n);
+    if (!s || !device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+    return n ? copy_with_arrays(DPTR(dst), s, n, ptds) : CUDA_SUCCESS;
+}
+
+CUresult sim_cuMemcpyAtoA_v2(CUarray d, size_t doff, CUarray s, size_t soff, size_t n) { return copy_a_to_a(d, doff, s, soff, n, false); }
+CU_EXPORT(cuMemcpyAtoA_v2, (CUarray d, size_t doff, CUarray s, size_t soff, size_t n));
+CUresult sim_cuMemcpyAtoA_v2_ptds(CUarray d, size_t doff, CUarray s, size_t soff, size_t n) { return copy_a_to_a(d, doff, s, soff, n, true); }
+CU_EXPORT(cuMemcpyAtoA_v2_ptds, (CUarray d, size_t doff, CUarray s, size_t soff, size_t n));
+CUresult sim_cuMemcpyDtoA_v2(CUarray d, size_t doff, CUdeviceptr s, size_t n) { return copy_d_to_a(d, doff, s, n, false); }
+CU_EXPORT(cuMemcpyDtoA_v2, (CUarray d, size_t doff, CUdeviceptr s, size_t n));
+CUresult sim_cuMemcpyDtoA_v2_ptds(CUarray d, size_t doff, CUdeviceptr s, size_t n) { return copy_d_to_a(d, doff, s, n, true); }
+CU_EXPORT(cuMemcpyDtoA_v2_ptds, (CUarray d, size_t doff, CUdeviceptr s, size_t n));
+CUresult sim_cuMemcpyAtoD_v2(CUdeviceptr d, CUarray s, size_t soff, size_t n) { return copy_a_to_d(d, s, soff, n, false); }
+CU_EXPORT(cuMemcpyAtoD_v2, (CUdeviceptr d, CUarray s, size_t soff, size_t n));
+CUresult sim_cuMemcpyAtoD_v2_ptds(CUdeviceptr d, CUarray s, size_t soff, size_t n) { return copy_a_to_d(d, s, soff, n, true); }
+CU_EXPORT(cuMemcpyAtoD_v2_ptds, (CUdeviceptr d, CUarray s, size_t soff, size_t n));
 
 /* ---- peer, 2D / 3D and batch copies ------------------------------------- */
 

@@ -2,7 +2,7 @@
  * stream-ordered pools, context teardown. After each step it prints what
  * this process holds at tokend (the shim's own ledger counter):
  *
- *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | graph | graph_unseen
+ *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | fills_2d | graph | graph_unseen
  *                | graph_over | lazy_fill WARM CHUNK_MIB EVERY AFTER
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
@@ -17,6 +17,14 @@
 #include "gslice_cuda_abi.h"
 #include "gslice_cuda_driver_api.h"
 #include "../../../hook/shim_api.h"
+
+/* Not in gslice_cuda_driver_api.h. */
+CUresult cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height);
+CUresult cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,
+                           CUstream hStream);
+CUresult cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset, size_t bytes);
+CUresult cuMemcpyDtoA_v2(CUarray dst, size_t dst_offset, CUdeviceptr src, size_t bytes);
+CUresult cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t src_offset, size_t bytes);
 
 #define MiB (1ull << 20)
 
@@ -184,6 +192,34 @@ static int run_shaped_copies(void)
     for (int i = 0; i < 20; i++)
         check(cuMemcpy2D_v2(&h2), "cuMemcpy2D_v2 (host to device)");
     print_copy_gating(s0, s1, gate_counters(200000));
+    return 0;
+}
+
+/* 2D fills (cudaMemset2D(Async)) and copies between arrays and device
+ * memory, 4 MiB each (gated): the gate counters before and after them. */
+static int run_fills_2d(void)
+{
+    CUdeviceptr a, b;
+    CUstream s;
+    CUarray x, y;
+    CUDA_ARRAY_DESCRIPTOR d = {1024, 1024, CU_AD_FORMAT_FLOAT, 1};   /* 4 MiB */
+    check(cuMemAlloc_v2(&a, 4 * MiB), "cuMemAlloc_v2");
+    check(cuMemAlloc_v2(&b, 4 * MiB), "cuMemAlloc_v2");
+    check(cuArrayCreate_v2(&x, &d), "cuArrayCreate_v2");
+    check(cuArrayCreate_v2(&y, &d), "cuArrayCreate_v2");
+    check(cuStreamCreate(&s, 0), "cuStreamCreate");
+    gslice_shim_stats s0 = gate_counters(0);
+    for (int i = 0; i < 10; i++) {   /* 1024 rows of 4096 bytes at a 4096-byte pitch */
+        check(cuMemsetD2D32_v2(a, 4096, 7, 1024, 1024), "cuMemsetD2D32_v2");
+        check(cuMemsetD2D8Async(b, 4096, 7, 4096, 1024, s), "cuMemsetD2D8Async");
+        check(cuMemcpyAtoA_v2(y, 0, x, 0, 4 * MiB), "cuMemcpyAtoA_v2");
+        check(cuMemcpyDtoA_v2(x, 0, a, 4 * MiB), "cuMemcpyDtoA_v2");
+        check(cuMemcpyAtoD_v2(b, y, 0, 4 * MiB), "cuMemcpyAtoD_v2");
+    }
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+    gslice_shim_stats s1 = gate_counters(200000);
+    printf("device_copy_slow_entries=%llu\n", (unsigned long long)(s1.slow_entries - s0.slow_entries));
+    printf("device_copy_used_us=%llu\n", (unsigned long long)(s1.used_us - s0.used_us));
     return 0;
 }
 
@@ -358,6 +394,8 @@ int main(int argc, char **argv)
         return run_copies();
     if (!strcmp(argv[1], "shaped_copies"))
         return run_shaped_copies();
+    if (!strcmp(argv[1], "fills_2d"))
+        return run_fills_2d();
     if (!strcmp(argv[1], "graph"))
         return run_graph();
     if (!strcmp(argv[1], "graph_unseen"))

@@ -17,6 +17,9 @@
 
 #define MiB (1ull << 20)
 
+/* Not in gslice_cuda_driver_api.h: pools made by the program (cuMemPoolDestroy's row). */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+
 static const char *object_of(void *p)
 {
     Dl_info info;
@@ -88,6 +91,12 @@ int main(void)
     /* Device memory the copy and fill rows work on. */
     if (BY_NAME(CUresult(*)(CUdeviceptr *, size_t), "cuMemAlloc_v2")(&a, 64 * 1024) ||
         BY_NAME(CUresult(*)(CUdeviceptr *, size_t), "cuMemAlloc_v2")(&b, 64 * 1024))
+        return 3;
+
+    /* Arrays the array copy rows work on (16 KiB each). */
+    CUarray copy_arr_a = NULL, copy_arr_b = NULL;
+    if (BY_NAME(CUresult(*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *), "cuArrayCreate_v2")(&copy_arr_a, &d2) ||
+        BY_NAME(CUresult(*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *), "cuArrayCreate_v2")(&copy_arr_b, &d2))
         return 3;
 
     /* 2D / 3D / peer / batch copies between a and b (8 rows of 256 bytes at a 512-byte pitch, 2 slices) */
@@ -181,6 +190,24 @@ int main(void)
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream), a, 1, 2048, s);
         else if (IS("cuMemsetD32Async") || IS("cuMemsetD32Async_ptsz"))
             rc = CALL(CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream), a, 1, 1024, s);
+        else if (IS("cuMemsetD2D8_v2") || IS("cuMemsetD2D8_v2_ptds"))   /* 8 rows at a 512-byte pitch */
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t), a, 512, 1, 256, 8);
+        else if (IS("cuMemsetD2D16_v2") || IS("cuMemsetD2D16_v2_ptds"))
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned short, size_t, size_t), a, 512, 1, 128, 8);
+        else if (IS("cuMemsetD2D32_v2") || IS("cuMemsetD2D32_v2_ptds"))
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned int, size_t, size_t), a, 512, 1, 64, 8);
+        else if (IS("cuMemsetD2D8Async") || IS("cuMemsetD2D8Async_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream), a, 512, 1, 256, 8, s);
+        else if (IS("cuMemsetD2D16Async") || IS("cuMemsetD2D16Async_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream), a, 512, 1, 128, 8, s);
+        else if (IS("cuMemsetD2D32Async") || IS("cuMemsetD2D32Async_ptsz"))
+            rc = CALL(CUresult(*)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream), a, 512, 1, 64, 8, s);
+        else if (IS("cuMemcpyAtoA_v2") || IS("cuMemcpyAtoA_v2_ptds"))
+            rc = CALL(CUresult(*)(CUarray, size_t, CUarray, size_t, size_t), copy_arr_b, 0, copy_arr_a, 0, 4096);
+        else if (IS("cuMemcpyDtoA_v2") || IS("cuMemcpyDtoA_v2_ptds"))
+            rc = CALL(CUresult(*)(CUarray, size_t, CUdeviceptr, size_t), copy_arr_a, 0, a, 4096);
+        else if (IS("cuMemcpyAtoD_v2") || IS("cuMemcpyAtoD_v2_ptds"))
+            rc = CALL(CUresult(*)(CUdeviceptr, CUarray, size_t, size_t), b, copy_arr_a, 0, 4096);
         else if (IS("cuMemcpy2D_v2") || IS("cuMemcpy2D_v2_ptds") || IS("cuMemcpy2DUnaligned_v2") ||
                  IS("cuMemcpy2DUnaligned_v2_ptds"))
             rc = CALL(CUresult(*)(const CUDA_MEMCPY2D *), &c2);
@@ -236,6 +263,14 @@ int main(void)
             rc = CALL(CUresult(*)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned), &mip, &d3, 2);
         else if (IS("cuMemPoolTrimTo"))
             rc = CALL(CUresult(*)(CUmemoryPool, size_t), pool, 0);
+        else if (IS("cuMemPoolDestroy")) {
+            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+            CUmemoryPool made;
+            rc = cuMemPoolCreate(&made, &props);
+            if (!rc)
+                rc = CALL(CUresult(*)(CUmemoryPool), made);
+        }
         else if (IS("cuMemMap")) {
             cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0);
             rc = CALL(CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long), va,
