@@ -4,6 +4,8 @@ retried next round: the other claims, the orphan groups and the stale CDI
 specs are still cleaned up in the same round."""
 from __future__ import annotations
 
+import json
+
 from gslice.kubernetes.checkpoint import Checkpoint, ClaimEntry, DeviceEntry
 
 from dra_node import NODE, wait_for
@@ -37,6 +39,10 @@ def _stale_state(node) -> tuple[str, str, str]:
     [spec] = node.config.cdi_dir.glob(f"*{gone_uid}*")
     stale_spec = spec.with_name(spec.name.replace(gone_uid, "e-no-such-claim"))
     stale_spec.write_bytes(spec.read_bytes())
+    # Its folder names a claim the API server does not have: known to be stale.
+    (node.config.claims_dir / "e-no-such-claim").mkdir()
+    (node.config.claims_dir / "e-no-such-claim" / "claim.json").write_text(
+        json.dumps({"namespace": "default", "name": "never-was", "uid": "e-no-such-claim"}))
     return gone_uid, orphan_uid, stale_spec
 
 
@@ -46,6 +52,7 @@ def _cleaned(node, gone_uid, orphan_uid, stale_spec) -> None:
     assert Checkpoint(node.config.checkpoint_path).get(gone_uid) is None
     assert f"k8s-{orphan_uid}" not in groups, "the orphan-group pass did not run"
     assert not stale_spec.exists(), "the CDI spec pruning did not run"
+    assert not (node.config.claims_dir / "e-no-such-claim").exists()
 
 
 def test_an_unreachable_tokend_holds_up_no_other_clean_up(node, caplog):

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from kubernetes.utils.quantity import parse_quantity
 
 from gslice.client import Priority
 from gslice.kubernetes.checkpoint import Checkpoint
@@ -50,8 +51,9 @@ def test_registration_and_slice(node):
     assert device["name"] == "gpu-0" and device["allowMultipleAllocations"] is True
     assert device["attributes"]["uuid"] == {"string": node.tokend.gpu_uuid}
     assert device["attributes"]["index"] == {"int": 0}
-    assert device["capacity"]["compute"]["value"] == "1000"
-    assert device["capacity"]["memory"]["value"] == f"{(GPU_MEMORY - 512 * MiB) // MiB}Mi"
+    # As the API server stores them: canonical quantities ("1000" is "1k").
+    assert parse_quantity(device["capacity"]["compute"]["value"]) == 1000
+    assert parse_quantity(device["capacity"]["memory"]["value"]) == GPU_MEMORY - 512 * MiB
     # Unchanged GPUs: the same slice, same generation.
     node.plugin.run_once()
     [again] = node.cluster.list_slices("gslice.dev", NODE)

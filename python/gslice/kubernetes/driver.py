@@ -9,6 +9,7 @@ stays. The clean-up removes what belongs to claims that no longer exist
 (deleted while the node was down, or an unprepare that never came)."""
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -29,6 +30,10 @@ from .tokends import GpuTokend
 
 log = logging.getLogger("gslice.dra")
 SECRET_FILE_NAME = "group-secret"
+# In the claim's folder beside its secrets: which claim the folder and the
+# CDI spec of that UID belong to, so that the clean-up can ask the API server
+# about them when the checkpoint was lost (the spec names only the UID).
+CLAIM_REF_FILE_NAME = "claim.json"
 
 
 class PrepareError(Exception):
@@ -72,6 +77,7 @@ class Driver:
         self._discover = discover
         self._lock = threading.RLock()
         self._gpus: dict[str, GpuTokend] = {}
+        self._unattributed: set[str] = set()  # UIDs whose kept files were reported (once each)
 
     # ----------------------------------------------------------------- GPUs
     def refresh_gpus(self) -> list[GpuTokend]:
@@ -87,16 +93,24 @@ class Driver:
 
     # -------------------------------------------------------------- prepare
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
+        # The claim is read before taking the lock: a slow API server then
+        # holds up this prepare only, not every prepare and unprepare on the
+        # node. What it says still holds under the lock (an allocation does
+        # not change; a re-created claim has another UID, which the plan
+        # refuses); the checkpoint, which the other calls change, is read
+        # under the lock.
+        try:
+            claim, unavailable = self.api.read_claim(namespace, name), None
+        except ApiUnavailable as exc:
+            claim, unavailable = None, exc
         with self._lock:
             previous = self.checkpoint.get(uid)
-            try:
-                claim = self.api.read_claim(namespace, name)
-            except ApiUnavailable as exc:
+            if unavailable is not None:
                 if previous is not None and previous.state == PREPARED and self._artifacts_present(previous):
                     log.warning("claim %s/%s: API server unavailable (%s); answering from the checkpoint",
-                                namespace, name, exc)
+                                namespace, name, unavailable)
                     return _devices_of(previous)
-                raise PrepareError(f"cannot read claim {namespace}/{name}: {exc}") from None
+                raise PrepareError(f"cannot read claim {namespace}/{name}: {unavailable}") from None
             if claim is None:
                 raise PrepareError(f"claim {namespace}/{name} (UID {uid}) does not exist in the API server")
             plans = self._plan(claim, uid)
@@ -113,6 +127,7 @@ class Driver:
             if previous is None or previous.state != PREPARED:
                 self.checkpoint.put(entry)  # before anything exists: a crash from here on is undone by clean-up
             try:
+                self._write_claim_ref(Path(entry.claim_dir), namespace, name, uid)
                 edits = {}
                 for plan in plans:
                     secret = self._converge_group(plan)
@@ -216,6 +231,22 @@ class Driver:
         write_atomically(path, (secret + "\n").encode(), mode=0o444)
         return path
 
+    @staticmethod
+    def _write_claim_ref(claim_dir: Path, namespace: str, name: str, uid: str) -> None:
+        claim_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ref = {"namespace": namespace, "name": name, "uid": uid}
+        write_atomically(claim_dir / CLAIM_REF_FILE_NAME, (json.dumps(ref) + "\n").encode(), mode=0o600)
+
+    def _read_claim_ref(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, name) of claim `uid` from its folder, None when not known there."""
+        try:
+            ref = json.loads((self.config.claims_dir / uid / CLAIM_REF_FILE_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(ref, dict) or ref.get("uid") != uid or not ref.get("namespace") or not ref.get("name"):
+            return None
+        return ref["namespace"], ref["name"]
+
     def _artifacts_present(self, entry: ClaimEntry) -> bool:
         return Path(entry.spec_file).exists() and Path(entry.claim_dir).is_dir()
 
@@ -274,14 +305,10 @@ class Driver:
             entries = self.checkpoint.load()
             try:
                 self._cleanup_checkpointed(entries, removed)
-                self._cleanup_orphan_groups(set(entries), removed)
+                asked = self._cleanup_orphan_groups(set(entries), removed)
+                self._cleanup_orphan_files(set(entries), asked, removed)
             except ApiUnavailable as exc:
                 log.warning("clean-up of claims skipped: %s", exc)
-            # Spec files of claims not in the checkpoint: the API is not needed to know they are stale.
-            for device, path in cdi.our_spec_files(self.config.cdi_dir, self.config.driver_name).items():
-                if device not in entries:
-                    path.unlink(missing_ok=True)
-                    shutil.rmtree(self.config.claims_dir / device, ignore_errors=True)
         return removed
 
     def _cleanup_checkpointed(self, entries: dict[str, ClaimEntry], removed: list[str]) -> None:
@@ -304,10 +331,12 @@ class Driver:
         claim = self.api.read_claim(namespace, name)
         return claim is not None and (claim.get("metadata") or {}).get("uid") == uid
 
-    def _cleanup_orphan_groups(self, known: set[str], removed: list[str]) -> None:
+    def _cleanup_orphan_groups(self, known: set[str], removed: list[str]) -> dict[str, bool]:
         """Deletes the groups this driver made whose claim is neither in the
         checkpoint nor in the API server (e.g. the checkpoint was lost),
-        adding their claims' UIDs to `removed`."""
+        adding their claims' UIDs to `removed`. Returns, for the claims it
+        asked about, whether they exist."""
+        asked: dict[str, bool] = {}
         for gpu in self.refresh_gpus():
             try:
                 with gpu.admin() as admin:
@@ -320,7 +349,9 @@ class Driver:
                 if group.labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not uid or uid in known:
                     continue
                 namespace, _, name = group.labels.get(LABEL_CLAIM, "").partition("/")
-                if uid not in removed and self._claim_exists(namespace, name, uid):
+                if uid not in asked:
+                    asked[uid] = uid not in removed and self._claim_exists(namespace, name, uid)
+                if asked[uid]:
                     continue
                 log.info("group %s on GPU %s belongs to claim %s, which is gone: deleting it", group.name,
                          gpu.uuid, uid)
@@ -332,3 +363,49 @@ class Driver:
                     continue
                 if uid not in removed:
                     removed.append(uid)
+        return asked
+
+    def _cleanup_orphan_files(self, known: set[str], asked: dict[str, bool], removed: list[str]) -> None:
+        """Deletes the CDI specs and claim folders (secrets) of claims not in
+        the checkpoint once the API server says the claim is gone, adding
+        their UIDs to `removed`. Not being in the checkpoint is not enough:
+        after a lost checkpoint they are live claims' files, and a container
+        restart without its spec fails ("unresolvable CDI device"). The claim
+        is found by its group's label (the orphan-group pass asked already)
+        or by the claim folder's claim.json; files of a claim found by
+        neither are kept and reported."""
+        specs = cdi.our_spec_files(self.config.cdi_dir, self.config.driver_name)
+        folders = ({p.name for p in self.config.claims_dir.iterdir() if p.is_dir()}
+                   if self.config.claims_dir.is_dir() else set())
+        for uid in sorted((set(specs) | folders) - known):
+            if uid in removed:
+                exists = False
+            elif uid in asked:
+                exists = asked[uid]
+            else:
+                ref = self._read_claim_ref(uid)
+                if ref is None:
+                    if uid not in self._unattributed:
+                        self._unattributed.add(uid)
+                        log.warning("CDI spec / claim folder of UID %s is in no checkpoint entry and names no "
+                                    "claim (no group of it, no %s): kept; delete %s and %s by hand once no pod "
+                                    "uses that claim", uid, CLAIM_REF_FILE_NAME,
+                                    specs.get(uid) or cdi.spec_path(self.config.cdi_dir, self.config.driver_name,
+                                                                    uid), self.config.claims_dir / uid)
+                    continue
+                exists = self._claim_exists(*ref, uid)
+            if exists:
+                continue
+            log.info("CDI spec and claim folder of claim %s, which is gone: deleting them", uid)
+            try:
+                if uid in specs:
+                    specs[uid].unlink(missing_ok=True)
+                shutil.rmtree(self.config.claims_dir / uid)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("files of claim %s cannot be deleted now (retried next round): %s", uid, exc)
+                continue
+            self._unattributed.discard(uid)
+            if uid not in removed:
+                removed.append(uid)

@@ -11,9 +11,52 @@ from . import DRIVER_NAME
 from .cluster_api import ApiUnavailable
 
 
+_BINARY = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+_DECIMAL = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def canonical_quantity(text: str) -> str:
+    """A quantity as the API server stores it (resource.Quantity's canonical
+    form): binary suffixes stay binary with the largest power of 1024 that
+    keeps the number whole ("39936Mi" -> "39Gi"), other values take the
+    largest decimal SI suffix that keeps it whole ("1000" -> "1k"). Enough
+    for the quantities this plugin writes (no exponents)."""
+    from kubernetes.utils.quantity import parse_quantity
+    value = parse_quantity(text)
+    if value == 0:
+        return "0"
+    if text.rstrip("0123456789.").endswith("i") and value == int(value) and abs(value) >= 1024:
+        power = max(p for p in range(len(_BINARY)) if value % 1024**p == 0)
+        return f"{int(value // 1024**power)}{_BINARY[power]}"
+    for exponent in sorted(_DECIMAL, reverse=True):
+        mantissa = value.scaleb(-exponent)
+        if mantissa == int(mantissa):
+            return f"{int(mantissa)}{_DECIMAL[exponent]}"
+    return text
+
+
+def _as_stored(value, quantities: bool = False):
+    """What the API server keeps of a ResourceSlice body: capacity quantities canonical."""
+    if isinstance(value, dict):
+        return {k: _as_stored(v, quantities or k == "capacity") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_stored(v, quantities) for v in value]
+    return canonical_quantity(value) if quantities and isinstance(value, str) else value
+
+
+def _drop_consumable_capacity(body: dict) -> None:
+    """What the API server drops without the DRAConsumableCapacity feature gate."""
+    for device in body.get("spec", {}).get("devices") or []:
+        device.pop("allowMultipleAllocations", None)
+        for capacity in (device.get("capacity") or {}).values():
+            capacity.pop("requestPolicy", None)
+
+
 class InMemoryCluster:
-    def __init__(self):
+    def __init__(self, consumable_capacity: bool = True):
         self._lock = threading.Lock()
+        # False: as an API server without the DRAConsumableCapacity feature gate.
+        self.consumable_capacity = consumable_capacity
         self.claims: dict[tuple[str, str], dict] = {}
         self.slices: dict[str, dict] = {}
         self.nodes: dict[str, str] = {}  # name -> uid; unknown names get one on first look
@@ -84,10 +127,16 @@ class InMemoryCluster:
             return [copy.deepcopy(s) for s in self.slices.values()
                     if s["spec"]["driver"] == driver and s["spec"].get("nodeName") == node]
 
+    def _stored_slice(self, body: dict) -> dict:
+        body = _as_stored(body)
+        if not self.consumable_capacity:
+            _drop_consumable_capacity(body)
+        return body
+
     def create_slice(self, body: dict) -> dict:
         self._check()
         with self._lock:
-            body = copy.deepcopy(body)
+            body = self._stored_slice(body)
             meta = body.setdefault("metadata", {})
             if "name" not in meta:
                 meta["name"] = meta.pop("generateName", "slice-") + uuid.uuid4().hex[:5]
@@ -102,7 +151,7 @@ class InMemoryCluster:
         with self._lock:
             if name not in self.slices:
                 raise ApiUnavailable(f"404 Not Found: resourceslice {name}")
-            body = copy.deepcopy(body)
+            body = self._stored_slice(body)
             body["metadata"]["resourceVersion"] = self._next_version()
             self.slices[name] = body
             return copy.deepcopy(body)

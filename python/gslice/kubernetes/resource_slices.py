@@ -76,10 +76,34 @@ def build_slice(driver: str, node: str, gpus: list[GpuTokend], memory_reserve: i
 
 
 def _same_devices(current: list[dict], wanted: list[dict]) -> bool:
-    """Whether the published devices already say what we would write; fields
-    the API server may add on its own are not ours to compare."""
-    return len(current) == len(wanted) and all(
-        all(have.get(key) == value for key, value in want.items()) for have, want in zip(current, wanted))
+    """Whether the published devices already say what we would write, as the
+    API server stores it (otherwise every round would replace the slice and
+    raise the pool's generation forever):
+      - capacity quantities compare by value: the server keeps the canonical
+        form ("1000" comes back "1k", "39936Mi" comes back "39Gi");
+      - a field of ours the server does not have is no difference: it drops
+        fields behind disabled feature gates (allowMultipleAllocations,
+        requestPolicy without DRAConsumableCapacity), and writing them again
+        would not bring them back;
+      - fields the server adds on its own are not ours to compare."""
+    return len(current) == len(wanted) and all(_same(have, want) for have, want in zip(current, wanted))
+
+
+def _same(have, want, quantities: bool = False) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            key not in have or _same(have[key], value, quantities or key == "capacity")
+            for key, value in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(
+            _same(h, w, quantities) for h, w in zip(have, want))
+    if quantities and isinstance(want, str) and isinstance(have, str):
+        from kubernetes.utils.quantity import parse_quantity  # imported where used, as in claim_plan
+        try:
+            return parse_quantity(have) == parse_quantity(want)
+        except ValueError:  # not a quantity after all: compare as written
+            pass
+    return have == want
 
 
 def publish(api: ClusterApi, driver: str, node: str, gpus: list[GpuTokend], memory_reserve: int) -> dict | None:
