@@ -24,6 +24,7 @@ import grpc
 
 from gslice.v1 import admin_pb2, client_pb2, common_pb2
 
+from .errors import GsliceError
 from .events import EventHub
 from .gpu_discovery import GpuInfo
 from .limits import (MAX_GPU_UUID_BYTES, MAX_GROUP_BYTES, MAX_SECRET_BYTES, AttachRateLimiter, Limits,
@@ -970,7 +971,7 @@ class Coordinator:
                                              float(entry["charged_total"]), entry["tokens_granted"],
                                              entry["preemptions"], entry["expiries"])
                 self.scheduler.restore_accounting(name, accounting, now)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, GsliceError) as exc:  # a hand edit must not stop the start
                 log.warning("charges of group %r in %s are unusable (%s); the group starts afresh",
                             name, self.accounting_store.path, exc)
 

@@ -4,6 +4,7 @@ worth right after) and the counters `gslice status` reports since the group
 was created. Before: both started from zero at every start."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -39,14 +40,21 @@ def test_window_and_counters_carry_over_a_restart(tokend_factory, how):
     assert after.share == pytest.approx(before.share, abs=0.002) and after.share > 0.015
 
 
-def test_an_unusable_charges_file_is_reported_and_the_groups_start_afresh(tokend_factory):
+@pytest.mark.parametrize("entry", [
+    {"intervals": [[5, 1, 0]]},  # fields missing
+    {"intervals": [[5.0, 1.0, 0.0]], "pace_until": 0.0, "charged_total": 1.0, "tokens_granted": 1,
+     "preemptions": 0, "expiries": 0},  # every field, an interval ending before it starts
+], ids=["fields_missing", "interval_reversed"])
+def test_an_unusable_charges_file_is_reported_and_the_groups_start_afresh(tokend_factory, entry):
     tokend = tokend_factory(gpu="fake", window=30)
     admin = tokend.admin()
     admin.create_group("a", request=0.2, memory="1GiB")
     _use(tokend.shim_client("a", admin.group_secret("a")), 0.02, 3)
     tokend.stop()
-    (tokend.state_dir / "accounting.json").write_text('{"version": 1, "groups": {"a": {"intervals": [[5, 1, 0]]}}}')
-    tokend.start()
+    state = json.loads((tokend.state_dir / "accounting.json").read_text())
+    state["groups"]["a"] = entry  # a hand edit: the same boot, the rest of the file as written
+    (tokend.state_dir / "accounting.json").write_text(json.dumps(state))
+    tokend.start()  # before: the reversed interval's InvalidArgument stopped the start
     status = tokend.admin().status().group("a")
     assert status.charged_seconds == 0.0 and status.tokens_granted == 0
     assert "charges of group 'a'" in tokend.log_tail(80)
