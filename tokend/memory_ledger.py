@@ -37,6 +37,12 @@ from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
 
 DEFAULT_RECLAIM_TIMEOUT = 2.0  # s; ~15x the H100's measured teardown of a 3.76 GiB process
+# A reservation that fits once its group's pending reclaims are back waits
+# for them this long at most, then is refused (tokend/coordinator.py; a
+# group's delete waits as long for them). Below the shim's 5 s ReserveMemory
+# deadline (hook/memory_ledger.c RESERVE_WAIT_MS); above the default
+# reclaim timeout, so a reclaim NVML cannot follow ends within the wait.
+RESERVE_WAIT_FOR_RECLAIM = 3.0
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ def test_daemon_started_with_parent_pid_exits_when_its_parent_is_killed(tmp_path
 def test_group_secrets_are_safe_on_a_command_line():
     """A secret starting with '-' made `--secret VALUE` read as a missing value
     (seen as a flaky stand-in worker in the suite, and `gslice run --secret`)."""
-    from gslice.tokend.coordinator import new_group_secret
+    from gslice.tokend.group_admin import new_group_secret
 
     secrets_made = {new_group_secret() for _ in range(2000)}
     assert len(secrets_made) == 2000
