@@ -13,7 +13,7 @@
 
 #define GS_POOLS_FIRST_TABLE 16   /* footprints the table holds before it first grows */
 #define GS_RECONCILE_BATCH 16     /* growths found per pass before they are reserved outside pools_mu */
-#define GS_MAX_GRAPH_EXECS 256
+#define GS_GRAPH_EXECS_FIRST_TABLE 16   /* graphs with memory nodes the table holds before it first grows */
 
 /* One footprint the group pays for: a stream-ordered pool (pool set), or
  * a device's graph memory pool (pool NULL, graph_dev the device). */
@@ -57,7 +57,12 @@ static pthread_mutex_t pools_mu = PTHREAD_MUTEX_INITIALIZER;
 static pool_charge *pools;
 static int n_pools, pools_capacity;
 static bool table_full_logged;
-static graph_exec_need graph_execs[GS_MAX_GRAPH_EXECS];
+/* Every instantiated graph with memory nodes, in a table doubled when full
+ * (under pools_mu, like pools): a graph left out would be launched before
+ * its memory is charged, past the quota. */
+static graph_exec_need *graph_execs;
+static int graph_execs_capacity;
+static bool graph_table_full_logged;
 int gs_graph_memory_execs;   /* __atomic: how many of graph_execs are in use (read by graph launch wrappers) */
 
 /* The footprint's reserved and used bytes, read in relaxed capture mode
@@ -358,10 +363,20 @@ void gs_graph_memory_instantiated(struct gs_ledger_account *account, CUgraphExec
         return;
     pthread_mutex_lock(&pools_mu);
     int used = __atomic_load_n(&gs_graph_memory_execs, __ATOMIC_RELAXED);
-    if (used == GS_MAX_GRAPH_EXECS)
-        GS_WARN("more than %d graphs with memory nodes; graph %p's memory is charged after its launches only",
-                GS_MAX_GRAPH_EXECS, (void *)exec);
-    else {
+    if (used == graph_execs_capacity) {
+        int capacity = graph_execs_capacity ? 2 * graph_execs_capacity : GS_GRAPH_EXECS_FIRST_TABLE;
+        graph_exec_need *bigger = realloc(graph_execs, (size_t)capacity * sizeof *graph_execs);
+        if (bigger) {
+            graph_execs = bigger;
+            graph_execs_capacity = capacity;
+        }
+    }
+    if (used == graph_execs_capacity) {
+        if (!graph_table_full_logged)
+            GS_WARN("out of host memory to follow more than %d graphs with memory nodes: graph %p's memory is "
+                    "charged after its launches only", used, (void *)exec);
+        graph_table_full_logged = true;
+    } else {
         graph_execs[used] = (graph_exec_need){exec, dev, account, bytes};
         __atomic_store_n(&gs_graph_memory_execs, used + 1, __ATOMIC_RELEASE);
         pool_entry_locked(account, NULL, dev);
@@ -428,5 +443,8 @@ void gs_pools_fork_child(void)
     pools = NULL;
     n_pools = pools_capacity = 0;
     table_full_logged = false;
+    graph_execs = NULL;
+    graph_execs_capacity = 0;
+    graph_table_full_logged = false;
     __atomic_store_n(&gs_graph_memory_execs, 0, __ATOMIC_RELAXED);
 }

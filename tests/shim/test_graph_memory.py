@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from shim_harness import group_env, parse_kv
 
 MiB = 1 << 20
 
 
-def run_probe(runner, tokend, memory_probe, mode):
+def run_probe(runner, tokend, memory_probe, mode, *args):
     created = tokend.admin().create_group("g", request=0.5, memory="2GiB")
     env = runner.env(**group_env(tokend, "g", created.secret))
-    r = subprocess.run([str(memory_probe), mode], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(memory_probe), mode, *args], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, (r.stdout, r.stderr)
     return parse_kv(r.stdout)
 
@@ -35,8 +37,11 @@ def test_launched_graph_memory_keeps_its_charge_until_trimmed(runner, tokend, me
     assert out["after_second_trim"] == "0"
 
 
-def test_graph_launch_beyond_the_quota_is_refused(runner, tokend, memory_probe):
-    out = run_probe(runner, tokend, memory_probe, "graph_over")   # 3 GiB of graph memory, quota 2 GiB
+@pytest.mark.parametrize("earlier_graphs", [0, 300], ids=["first_graph", "after_300_graphs"])
+def test_graph_launch_beyond_the_quota_is_refused(runner, tokend, memory_probe, earlier_graphs):
+    """Also after 300 other graphs with memory nodes: the shim once followed
+    256 at most, and launched the next ones before charging them."""
+    out = run_probe(runner, tokend, memory_probe, "graph_over", str(earlier_graphs))  # 3 GiB of graph memory, quota 2 GiB
     assert out["launch_rc"] == "2"                        # CUDA_ERROR_OUT_OF_MEMORY
     assert out["upload_rc"] == "2"
     assert out["after_refused_launch"] == "0"

@@ -3,7 +3,7 @@
  * this process holds at tokend (the shim's own ledger counter):
  *
  *   memory_probe vmm | pool | teardown | overhead | copies | shaped_copies | fills_2d | graph | graph_unseen
- *                | graph_over | lazy_fill WARM CHUNK_MIB EVERY AFTER
+ *                | graph_over [EARLIER_GRAPHS] | lazy_fill WARM CHUNK_MIB EVERY AFTER
  *
  * key=value lines; "error=..." and exit 3 on an unexpected driver result. */
 #define _GNU_SOURCE
@@ -303,10 +303,14 @@ static int run_graph_unseen(void)
 
 /* A graph whose memory is beyond the group's quota: its launch is refused
  * (out of memory) before the driver takes anything. */
-static int run_graph_over(size_t bytes)
+/* `earlier` graphs with memory nodes are instantiated first (never
+ * launched): the shim follows every one, however many. */
+static int run_graph_over(size_t bytes, int earlier)
 {
     CUstream s;
     check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    for (int i = 0; i < earlier; i++)
+        captured_graph_with_memory(s, MiB);
     CUgraphExec e = captured_graph_with_memory(s, bytes);
     printf("launch_rc=%d\n", (int)cuGraphLaunch(e, s));
     check(cuStreamSynchronize(s), "cuStreamSynchronize");
@@ -375,7 +379,7 @@ static int run_lazy_fill(int warm, size_t chunk, int every, int after)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2 && !(argc == 6 && !strcmp(argv[1], "lazy_fill")))
+    if (argc != 2 && !(argc == 6 && !strcmp(argv[1], "lazy_fill")) && !(argc == 3 && !strcmp(argv[1], "graph_over")))
         return 2;
     stats_fn = (int (*)(gslice_shim_stats *))dlsym(RTLD_DEFAULT, "gslice_shim_stats_get");
     check(cuInit(0), "cuInit");
@@ -403,6 +407,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "lazy_fill"))
         return run_lazy_fill(atoi(argv[2]), (size_t)atoi(argv[3]) * MiB, atoi(argv[4]), atoi(argv[5]));
     if (!strcmp(argv[1], "graph_over"))
-        return run_graph_over(3072 * MiB);
+        return run_graph_over(3072 * MiB, argc > 2 ? atoi(argv[2]) : 0);
     return 2;
 }
