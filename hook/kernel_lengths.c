@@ -140,12 +140,37 @@ void gs_gate_wait_newest_checkpoint(gs_gate *g)
     pthread_mutex_unlock(&g->checkpoint_mu);
 }
 
-static gs_work_estimate *estimate_slot(gs_gate *g, const void *work)
+/* Each work key has two slots (a pair): two keys whose hash meets keep
+ * both estimates. With one slot, a process alternating a 2 ms fill and a
+ * 30 us kernel whose keys met (1 run in 64: kernel keys are heap
+ * addresses) had its fill's estimate replaced by the kernel's at every
+ * kernel, and reported 30 us as its longest work. */
+static gs_work_estimate *estimate_pair(gs_gate *g, const void *work)
 {
     uintptr_t h = (uintptr_t)work;
     h ^= h >> 17;
     h *= 0x9E3779B1u;
-    return &g->estimates[(h >> 7) % GS_GATE_WORK_ESTIMATES];
+    return &g->estimates[((h >> 7) % (GS_GATE_WORK_ESTIMATES / 2)) * 2];
+}
+
+/* The slot holding this work's estimate, or NULL. */
+static gs_work_estimate *estimate_find(gs_gate *g, const void *work)
+{
+    gs_work_estimate *pair = estimate_pair(g, work);
+    return pair[0].work == work ? &pair[0] : pair[1].work == work ? &pair[1] : NULL;
+}
+
+/* The slot to record this work in: its own, else a free one of its pair,
+ * else the one of the pair seen least lately. */
+static gs_work_estimate *estimate_slot_for(gs_gate *g, const void *work)
+{
+    gs_work_estimate *pair = estimate_pair(g, work);
+    gs_work_estimate *own = estimate_find(g, work);
+    if (own)
+        return own;
+    if (!pair[0].work || !pair[1].work)
+        return !pair[0].work ? &pair[0] : &pair[1];
+    return pair[0].seen_ns <= pair[1].seen_ns ? &pair[0] : &pair[1];
 }
 
 /* The longest estimate among the work seen lately (checkpoint_mu held). */
@@ -171,9 +196,9 @@ uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
     if (!work)
         return 0;
     pthread_mutex_lock(&g->checkpoint_mu);
-    gs_work_estimate *e = estimate_slot(g, work);
+    gs_work_estimate *e = estimate_find(g, work);
     uint32_t us = 0;
-    if (e->work == work) {
+    if (e) {
         us = e->gpu_us;
         uint64_t now = gs_gate_monotonic_ns();
         bool forgotten = now - e->seen_ns >= GS_GATE_LONGEST_MEMORY_NS;
@@ -191,11 +216,11 @@ uint32_t gs_gate_work_estimate_us(gs_gate *g, const void *work)
  * tail (up to a whole kernel of someone else's), so its sample may only
  * shrink an estimate already measured past a slice's first launch
  * ("solid"); otherwise shrink at once, grow half way (a kernel's length
- * also follows its arguments). The first measurement is taken as is; a
- * colliding key takes the slot over. */
+ * also follows its arguments). The first measurement is taken as is (a
+ * key new to its slot starts afresh). */
 static void record_estimate_locked(gs_gate *g, const void *work, uint32_t us, bool first_of_slice)
 {
-    gs_work_estimate *e = estimate_slot(g, work);
+    gs_work_estimate *e = estimate_slot_for(g, work);
     if (e->work != work) {
         e->work = work;
         e->solid = false;
@@ -386,8 +411,8 @@ void gs_gate_checkpoint(gs_gate *g, CUstream stream, int ptsz, uint32_t launches
      * alike). */
     uint64_t work_us = 0;
     if (work && launches == 1) {
-        gs_work_estimate *e = estimate_slot(g, work);
-        work_us = e->work == work ? e->gpu_us : 0;
+        gs_work_estimate *e = estimate_find(g, work);
+        work_us = e ? e->gpu_us : 0;
     }
     if (!work_us)
         work_us = (uint64_t)(launches ? launches : 1) * atomic_load_explicit(&g->launch_gpu_us, memory_order_relaxed);

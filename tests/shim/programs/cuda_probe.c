@@ -16,9 +16,10 @@
  *                                              EVERY (a collection, a data loader); prints the GPU's
  *                                              fraction busy with them (kernel time over the wall
  *                                              time from the first launch to the final sync's end)
- *   cuda_probe fills ROUTE SECONDS KERNEL_NS FILL_BYTES  a fill of FILL_BYTES (cuMemsetD32Async), then
- *                                              a kernel, sync, again: two kinds of work of very
- *                                              different lengths, one of them not a kernel
+ *   cuda_probe fills ROUTE SECONDS KERNEL_NS FILL_BYTES [SMALL_FILL_BYTES]  a fill of FILL_BYTES
+ *                                              (cuMemsetD32Async), then a kernel (then a fill of
+ *                                              SMALL_FILL_BYTES), sync, again: kinds of work of very
+ *                                              different lengths, not all kernels
  *   cuda_probe synced ROUTE SECONDS KERNEL_NS PROBE_EVERY  each kernel synchronised; before every
  *                                              PROBE_EVERY-th, a 0 ns kernel of the same function
  *                                              (the real-GPU check's probe: scripts/gpu-check)
@@ -212,7 +213,7 @@ static int run_stalls(double seconds, uint64_t ns, int every, long stall_us)
     return 0;
 }
 
-static int run_fills(double seconds, uint64_t ns, size_t fill_bytes)
+static int run_fills(double seconds, uint64_t ns, size_t fill_bytes, size_t small_fill_bytes)
 {
     CUdeviceptr fill;
     check(mem_alloc(&fill, fill_bytes), "cuMemAlloc");
@@ -223,6 +224,8 @@ static int run_fills(double seconds, uint64_t ns, size_t fill_bytes)
     while (now_s() < end) {
         check(cuMemsetD32Async(fill, 0, fill_bytes / 4, NULL), "cuMemsetD32Async");
         check(launch_sleep(ns), "launch");
+        if (small_fill_bytes)
+            check(cuMemsetD32Async(fill, 0, small_fill_bytes / 4, NULL), "cuMemsetD32Async (small)");
         n++;
         check(ctx_sync(), "cuCtxSynchronize");
     }
@@ -343,7 +346,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "fills") && argc >= 6) {
         setup(argv[2], 0);
-        return run_fills(atof(argv[3]), strtoull(argv[4], NULL, 10), (size_t)strtoull(argv[5], NULL, 10));
+        return run_fills(atof(argv[3]), strtoull(argv[4], NULL, 10), (size_t)strtoull(argv[5], NULL, 10),
+                         argc >= 7 ? (size_t)strtoull(argv[6], NULL, 10) : 0);
     }
     if (!strcmp(mode, "synced") && argc >= 6) {
         setup(argv[2], 0);
