@@ -216,7 +216,7 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         return;
     }
     uint64_t token_id = g->token_id;
-    uint64_t now = gs_gate_monotonic_ns(), asked_ns = now;
+    uint64_t now = gs_gate_monotonic_ns();
     /* The slice so far includes the long kernel still queued in it. */
     uint64_t queued_end = __atomic_load_n(&g->newest_end_ns, __ATOMIC_RELAXED);
     uint64_t until = queued_end > now ? queued_end : now;
@@ -240,14 +240,13 @@ static void renew_or_end_slice_locked(gs_gate *g, bool due)
         GS_DEBUG("token %llu renewed as %llu: %u us (due %d, wrap-up %d)", (unsigned long long)token_id,
                  (unsigned long long)new_token, g->quantum_us, due, g->wrap_up);
         g->wrap_up = false;
-        /* A renewal asked after a ring paused the slice was decided with
-         * the ringer's request already sent (it rings, then asks): tokend
-         * would not preempt, so submit again. One asked before the ring
-         * says nothing of it (the request may still be on its way): the
-         * pause stays until the Revoke or its bound. (An anticipation pause
-         * stays too: the expected preemptor may still come.) */
-        if (g->doorbell_pause_until_ns && !g->pause_anticipated && g->ring_pause_ns < asked_ns)
-            gs_gate_doorbell_resume_locked(g, "renewed after");
+        /* A pause (a ring's or anticipation's) stays until the Revoke or
+         * its bound: a renewal says only that the ringer's ask had not
+         * reached tokend yet. The ringer asks from its keeper once its
+         * head-start launch is queued, 0.5-1.1 ms after its ring on an
+         * H200, and tokend renewed this slice in that gap; the holder then
+         * fed a 1.8 ms kernel in front of the burst (p99 4.3 ms beside
+         * 8192 matmuls, latency_trace_20261128T1525Z_h200_torch). */
         pthread_cond_broadcast(&g->changed);
         return;
     }

@@ -372,6 +372,51 @@ def test_a_revoke_slower_than_the_pause_still_answers_its_ring(runner, tokend):
     assert len(paused) >= 2, err_text[-3000:]
 
 
+def test_a_renewal_during_a_ring_s_pause_does_not_end_it(runner, tokend_factory):
+    """A head-starting ringer asks from its keeper once its launch is
+    queued: on an H200 its ask reached tokend 0.5-1.1 ms after its ring, and
+    tokend renewed the holder's slice in that gap. The holder must stay
+    paused until the Revoke or the pause's bound (3 ms) all the same; it
+    resumed at the renewal, and fed a 1.8 ms kernel in front of the burst
+    (issue 23). Here the holder's slices are short (--quantum-max-ms 5: it
+    renews about every 4 ms), so renewals fall inside the pauses."""
+    tokend = tokend_factory(extra_args=["--quantum-max-ms", "5"])
+    admin, low, high = _groups(tokend)
+    high_client = tokend.shim_client("high", high.secret)
+    holder = runner.start("loop", "driver", 3, 2 * MS, 0,
+                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
+    wait_for_line(holder, "ready=1")
+    time.sleep(0.3)
+    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
+    slot = high_client.attach_reply.doorbell_slot
+    for _ in range(10):
+        _ring_as(page_path, slot, priority=2)
+        time.sleep(0.001)                   # the ask after the ring, as a head start's keeper sends it
+        token = high_client.acquire(timeout_ms=10000)
+        high_client.release(token, used_us=100)
+        time.sleep(0.15)
+    out_text, err_text = holder.communicate(timeout=30)
+    high_client.close()
+    assert holder.returncode == 0, err_text
+    # Each ring's pause, from its line to the Revoke (or the next pause):
+    # a renewal in it, and a resume before the pause's bound, are counted.
+    line = re.compile(r"debug (\d+\.\d+): (.*)")
+    renewed_in_pause, early_resumes, paused_at = 0, [], None
+    for stamp, text in ((float(m.group(1)), m.group(2)) for m in line.finditer(err_text)):
+        if RING_PAUSED.match(text):
+            paused_at = stamp
+        elif paused_at is None:
+            continue
+        elif "revoked by tokend" in text:
+            paused_at = None
+        elif "renewed as" in text:
+            renewed_in_pause += 1
+        elif "submitting again" in text and stamp - paused_at < 0.0029:
+            early_resumes.append(f"{(stamp - paused_at) * 1e3:.2f} ms after the ring: {text}")
+    assert renewed_in_pause >= 1, "no renewal fell inside a pause: the test proves nothing\n" + err_text[-3000:]
+    assert not early_resumes, early_resumes
+
+
 def _bursts_beside(runner, tokend, neighbour_priority: str) -> dict:
     """A high-priority process bursting (8 x 0.5 ms, sync, think 20 ms)
     beside a holder of 2 ms kernels of the given class: its counters."""
