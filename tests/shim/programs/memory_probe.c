@@ -344,6 +344,14 @@ static void launch_new_kernel(CUmodule mod, int *kernels)
     check(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), "cuLaunchKernel (first launch)");
 }
 
+/* Near its quota the shim reconciles against NVML at most every 2 ms
+ * (hook/process_overhead.c) and sizes the growth margin for what a context
+ * grows in that time. The fill grows no faster: each new kernel is followed
+ * by a pause past that interval. (Without it, 8 allocations of 4 MiB ran
+ * within 2 ms here, four new kernels went uncharged, and a fill without a
+ * margin ended 52-96 MiB over the quota in 2 runs of 12.) */
+#define GROWTH_SPACING_US 2500
+
 /* A context that grows after its allocations: WARM new kernels first (a
  * library's first use, e.g. cuBLAS's first matmul), then CHUNK_MIB
  * allocations until one is refused, with a new kernel before every EVERY-th
@@ -359,8 +367,10 @@ static int run_lazy_fill(int warm, size_t chunk, int every, int after)
     unsigned long long allocated = 0;
     CUresult rc;
     for (int n = 0;; n++) {
-        if (every && n % every == 0)
+        if (every && n % every == 0) {
             launch_new_kernel(mod, &kernels);
+            usleep(GROWTH_SPACING_US);
+        }
         CUdeviceptr p;
         rc = cuMemAlloc_v2(&p, chunk);
         if (rc != CUDA_SUCCESS)
