@@ -218,7 +218,7 @@ def _p(summary: dict, fmt: str = "g") -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="real", choices=("real", "sim"))
-    parser.add_argument("--backends", nargs="+", choices=("torch", "driver"),
+    parser.add_argument("--backends", nargs="+", choices=("torch", "driver", "driver_fills"),
                         help="default on a GPU: torch then driver (PyTorch matmuls, then the same lengths as "
                              "driver-API spin kernels, one launch per unit: where the two differ, the launch "
                              "pattern is the difference); on the simulated GPU: driver")

@@ -61,9 +61,21 @@ class DriverBackend:
 
     name = "driver"
 
-    def __init__(self):
+    def __init__(self, fill_per_unit: bool = False):
         from .workloads import Driver
         self.drv = Driver()
+        # PyTorch's matmul launches a 4-byte fill, then the GEMM, on its
+        # stream (benchmarks/results/gpu/launch_pattern_20261127T1413Z_h200.json):
+        # fill_per_unit gives the simulated GPU that pattern, so a gate that
+        # judges a GEMM by the launch before it is seen here too.
+        self.fill_target = None
+        if fill_per_unit:
+            self.name = "driver_fills"
+            target = ctypes.c_uint64()
+            self.drv._check("cuMemAlloc_v2", self.drv.mem_alloc(ctypes.byref(target), 4))
+            self.fill_target = target.value
+            self.lib_fill = self.drv.lib.cuMemsetD32Async
+            self.lib_fill.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
         # One kernel per unit, as on a real GPU (an add and a matmul are
         # different functions): the shim keeps a length estimate per function,
         # and one shared by a 0 us add and a 12.5 ms unit is neither.
@@ -88,6 +100,8 @@ class DriverBackend:
         return self.functions[unit]
 
     def launch_unit(self, unit: str) -> None:
+        if self.fill_target is not None:
+            self.drv._check("cuMemsetD32Async", self.lib_fill(self.fill_target, 0, 1, self.stream))
         self.drv._check("cuLaunchKernel", self.drv.launch(self._function(unit), 1, 1, 1, 1, 1, 1, 0, self.stream,
                                                           self._unit_params(unit), None))
 
@@ -365,7 +379,9 @@ def make_backend(name: str):
         return TorchBackend()
     if name == "driver":
         return DriverBackend()
-    raise ValueError(f"backend {name!r} is not one of 'torch', 'driver'")
+    if name == "driver_fills":
+        return DriverBackend(fill_per_unit=True)
+    raise ValueError(f"backend {name!r} is not one of 'torch', 'driver', 'driver_fills'")
 
 
 class Server:
@@ -662,7 +678,7 @@ def serve(backend_name: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gslice.workloads_served", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("torch", "driver"), default="torch")
+    parser.add_argument("--backend", choices=("torch", "driver", "driver_fills"), default="torch")
     parser.add_argument("--tag", default="", help="ignored: names the process (e.g. after its log) for ps")
     args = parser.parse_args(argv)
     return serve(args.backend)
