@@ -26,7 +26,8 @@
  * lease back with a Revoke when someone asks.
  *
  * While another group wants the GPU (tokend's `contended` on the doorbell
- * page), what is queued past the gate is bounded in GPU time (queue_bound.c):
+ * page), or tokend expects a preemptor and the process runs long work,
+ * what is queued past the gate is bounded in GPU time (queue_bound.c):
  * launches pass in batches of at most GS_GATE_CONTENDED_BATCH_US of GPU time
  * (one launch when kernels are longer), and the next batch is submitted
  * when the queued work is within its feed-ahead margin of its estimated
