@@ -38,6 +38,18 @@ def _holder_loop(runner, tokend, low, seconds, kernel_ns=2 * MS):
     return holder
 
 
+def _holder_beside_a_high_client(runner, tokend, seconds):
+    """A low-priority holder of 2 ms kernels (debug lines) and an attached
+    high-priority tokend client that rings and asks as the tests say:
+    (admin, high client, holder, doorbell page path, the high group's slot)."""
+    admin, low, high = _groups(tokend)
+    high_client = tokend.shim_client("high", high.secret)
+    holder = _holder_loop(runner, tokend, low, seconds)
+    time.sleep(0.3)
+    return (admin, high_client, holder, tokend.client_socket.parent / preempt_doorbell.FILE_NAME,
+            high_client.attach_reply.doorbell_slot)
+
+
 def test_a_higher_class_stops_the_holder_before_its_revoke(runner, tokend):
     admin, low, high = _groups(tokend)
     holder = _holder_loop(runner, tokend, low, 4)
@@ -346,14 +358,7 @@ def test_a_revoke_slower_than_the_pause_still_answers_its_ring(runner, tokend):
     round trip on a loaded machine) was right all the same: the holder must
     not ignore the next rings for 100 ms, or it keeps feeding the GPU in
     front of the next preemptors (issue 23)."""
-    admin, low, high = _groups(tokend)
-    high_client = tokend.shim_client("high", high.secret)
-    holder = runner.start("loop", "driver", 2, 2 * MS, 0,
-                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
-    wait_for_line(holder, "ready=1")
-    time.sleep(0.3)
-    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
-    slot = high_client.attach_reply.doorbell_slot
+    admin, high_client, holder, page_path, slot = _holder_beside_a_high_client(runner, tokend, 2)
     started = time.monotonic()
     _ring_as(page_path, slot, priority=2)
     time.sleep(0.006)                      # the pause runs out unanswered ...
@@ -381,14 +386,7 @@ def test_a_renewal_during_a_ring_s_pause_does_not_end_it(runner, tokend_factory)
     (issue 23). Here the holder's slices are short (--quantum-max-ms 5: it
     renews about every 4 ms), so renewals fall inside the pauses."""
     tokend = tokend_factory(extra_args=["--quantum-max-ms", "5"])
-    admin, low, high = _groups(tokend)
-    high_client = tokend.shim_client("high", high.secret)
-    holder = runner.start("loop", "driver", 3, 2 * MS, 0,
-                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
-    wait_for_line(holder, "ready=1")
-    time.sleep(0.3)
-    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
-    slot = high_client.attach_reply.doorbell_slot
+    admin, high_client, holder, page_path, slot = _holder_beside_a_high_client(runner, tokend, 3)
     for _ in range(10):
         _ring_as(page_path, slot, priority=2)
         time.sleep(0.001)                   # the ask after the ring, as a head start's keeper sends it
