@@ -139,7 +139,7 @@ def test_one_neighbour_kernel_also_when_each_kernel_follows_a_short_fill(burst_l
     # at a time (checked, paced), not in a checkpoint interval sized by the
     # mean of a fill and a GEMM. Unbounded, three or four of its 1.8 ms
     # kernels waited at once at 2% of its launches here (66-77 of ~3800 in
-    # four runs), and on an H200 such a stack ran into 4% of the bursts
+    # four runs), and on an H200 such stacks ran into the slowest bursts
     # beside 8192 matmuls (3.9-4.5 ms against 1.9 at the median).
     waiting = most_long_kernels_waiting(theirs, MATMUL_KERNEL_MS)
     stacked = sum(times for count, times in waiting.items() if count >= 3)
