@@ -6,6 +6,7 @@ skipped) and goes on; the combined result is rewritten after every section.
     python gpu_check.py run [--backend auto|torch|driver] [--gpu real|sim] [--short]
                             [--budget SECONDS] [--results-dir DIR] [--no-pytest]
     python gpu_check.py section NAME ...     (internal: one section)
+    python gpu_check.py summary FILE.json    (a recorded run's summary again)
 
 Normally started by scripts/gpu-check, which installs the wheel first and
 puts it on PYTHONPATH. Results: RESULTS_DIR/gpu_check_<UTC time>.json, and
@@ -238,7 +239,12 @@ def highlights(name: str, res: dict) -> list[str]:
                     out.append(f"{key}: p50/p99 ms alone bare {_fmt(l['alone_bare']['p50'])}/{_fmt(l['alone_bare']['p99'])}, "
                                f"alone shim {_fmt(l['alone_shim']['p50'])}/{_fmt(l['alone_shim']['p99'])}, beside "
                                f"{_fmt(l['beside']['p50'])}/{_fmt(l['beside']['p99'])} (n={l['beside']['n']}); neighbour "
-                               f"kept {_fmt(r['neighbour_share_of_idle'])} of the idle GPU")
+                               f"kept {_fmt(r['neighbour_share_of_idle'])} of the idle GPU; GPU busy "
+                               f"{_fmt(r.get('gpu_busy_estimate'))} by the throughputs"
+                               + (f" ({r['gpu_time_figures']})" if "gpu_time_figures" in r else "")
+                               + (f", NVML util {_fmt(r['nvml_util_pct_beside'])}% beside, "
+                                  f"{_fmt(r.get('nvml_util_pct_neighbour_alone'))}% with the neighbour alone"
+                                  if "nvml_util_pct_beside" in r else ""))
         elif name == "quotas":
             for key, r in res.items():
                 if key.startswith("quota_") and "shim" in r:
@@ -372,6 +378,23 @@ def write_report(report: dict, results_path: Path, out_dir: Path | None) -> None
         (out_dir / "gpu_check_summary.txt").write_text(summary)
 
 
+def summary_main(args) -> int:
+    """A recorded run's summary, as `run` wrote it, with the latency
+    section's GPU-time figures computed from its recorded rates where the
+    run predates them (marked in the section's results)."""
+    import sec_latency
+
+    report = json.loads(Path(args.file).read_text())
+    latency = report.get("sections", {}).get("latency", {}).get("results", {})
+    for key, r in latency.items():
+        if key.startswith("bursts_") and "neighbour_runs" in r and "gpu_busy_estimate" not in r:
+            figures = sec_latency.gpu_time_figures(r["latency_ms"]["alone_bare"]["p50"], len(r["latencies_ms"]["beside"]),
+                                                   r["neighbour_runs"])
+            r.update(figures, **sec_latency.gpu_time_verdicts(figures), gpu_time_figures="recomputed by gpu_check.py summary")
+    sys.stdout.write(summary_text(report))
+    return 0
+
+
 def run_main(args) -> int:
     started = time.monotonic()
     deadline = started + args.budget
@@ -454,8 +477,10 @@ def main(argv=None) -> int:
     p_sec.add_argument("--record", required=True)
     p_sec.add_argument("--work-dir", required=True)
     p_sec.add_argument("--short", action="store_true")
+    p_sum = sub.add_parser("summary", help="print a recorded run's summary (GPU-time figures recomputed where missing)")
+    p_sum.add_argument("file", help="a gpu_check_<time>.json")
     args = parser.parse_args(argv)
-    return run_main(args) if args.command == "run" else section_main(args)
+    return {"run": run_main, "section": section_main, "summary": summary_main}[args.command](args)
 
 
 if __name__ == "__main__":
