@@ -76,7 +76,6 @@ TEST_CUTS = {
     "ring_read_at_launch": "GSLICE_TEST_CUT_RING_READ_AT_LAUNCH",  # only the listener thread acts on a ring
     "alone_queue": "GSLICE_TEST_CUT_ALONE_QUEUE",  # a holder alone on the GPU queues no deeper than a shared one
     "wrap_up_at_work_end": "GSLICE_TEST_CUT_WRAP_UP_AT_WORK_END",  # a wrap-up waits for the renewal point
-    "half_kernel_anticipation": "GSLICE_TEST_CUT_HALF_KERNEL_ANTICIPATION",  # a long kernel reaching the window waits
 }
 
 

@@ -75,40 +75,16 @@ void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why)
              (unsigned)atomic_load_explicit(&g->longest_work_us, memory_order_relaxed));
 }
 
-/* Does work of work_ns starting at work_start_ns wait for a preemptor
- * expected from window_start_ns? Held, it leaves the GPU idle from its
- * start to the arrival; started, it makes the arrival wait for its rest.
- * Long work waits only when more than half of it would run past the
- * window's opening, so neither cost exceeds half a kernel where the window
- * is right. Holding every long kernel that reached the window idled up to
- * a whole one per arrival, for a neighbour whose kernels fall the same way
- * against each burst (2 ms kernels synchronised every 4, bursts every ~12
- * ms, simulated GPU: the GPU 79% busy and the neighbour 75% of what the
- * bursts leave idle, against 89 and 87% with anticipation off; half a
- * kernel: 88 and 86%, the bursts' p99 +1.4 ms over alone, +1.6 before).
- * Short work waits when any of it would: it idles at most a short kernel,
- * and beside 0.22 ms kernels on an H200 the bursts' p50 target rests on
- * finding the GPU drained. */
-bool gs_anticipation_holds(uint64_t work_start_ns, uint64_t work_ns, uint64_t window_start_ns)
-{
-#ifdef GSLICE_TEST_CUT_HALF_KERNEL_ANTICIPATION   /* test-only build (hook/build.py TEST_CUTS) */
-    return work_start_ns + work_ns > window_start_ns;
-#endif
-    uint64_t may_run_past = work_ns >= (uint64_t)GS_GATE_LONG_KERNEL_US * 1000ull ? work_ns / 2 : 0;
-    return work_start_ns + work_ns > window_start_ns + may_run_past;
-}
-
-/* Anticipation (mu held, HOLDING): should work of work_ns starting at
- * work_start_ns wait for the window in which tokend expects a preemptor of
- * this slice to ask (gs_anticipation_holds)? Then pause until the ring, the
- * window's end or the bound; windows are then ignored for
- * GS_GATE_ANTICIPATION_QUIET_NS unless the ring comes. */
-bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_start_ns, uint64_t work_ns)
+/* Anticipation (mu held, HOLDING): does work ending at work_end_ns run
+ * into the window in which tokend expects a preemptor of this slice to ask?
+ * Then pause until the ring, the window's end or the bound; windows are
+ * then ignored for GS_GATE_ANTICIPATION_QUIET_NS unless the ring comes. */
+bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns)
 {
     uint64_t start, end;
     if (g->revoke_pending || g->wrap_up || now < g->anticipation_quiet_until_ns ||
         !gs_doorbell_expected_preemption(&g->doorbell, now, g->head_start_at_handback, &start, &end) ||
-        !gs_anticipation_holds(work_start_ns, work_ns, start))
+        work_end_ns <= start)
         return false;
     uint64_t bound = now + GS_GATE_ANTICIPATION_PAUSE_NS;
     if (!pause_slice_locked(g, end < bound ? end : bound))
@@ -118,7 +94,7 @@ bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_s
     atomic_fetch_add_explicit(&g->n_anticipation_pauses, 1, memory_order_relaxed);
     GS_DEBUG("token %llu: a preemptor is expected in %lld us; the next kernel (ending in %lld us) waits",
              (unsigned long long)g->token_id, (long long)((int64_t)(start - now) / 1000),
-             (long long)((int64_t)(work_start_ns + work_ns - now) / 1000));
+             (long long)((int64_t)(work_end_ns - now) / 1000));
     return true;
 }
 

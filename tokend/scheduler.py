@@ -180,9 +180,8 @@ bursts were anticipated.)
 would preempt the holder (``preemptors``); tokend publishes it and the
 holder's shim starts no work that would still run when it opens (on a GPU
 that runs one context at a time, the preemptor would otherwise wait for
-that work's rest; a long kernel, only one that would run more than half
-its length into the window). A hint only: no decision here depends on it;
-it costs the holder's group the GPU time left idle before the arrival, at
+that work's rest). A hint only: no decision here depends on it; it
+costs the holder's group the GPU time left idle before the arrival, at
 most a kernel plus the window.
 
 Expiry. A token not released within ``quantum + grace`` of its grant is

@@ -49,7 +49,6 @@ COPY_KEYS_CUT = "copy_work_keys"              # copies and fills have no length 
 RING_READ_CUT = "ring_read_at_launch"         # only the listener thread acts on a ring
 ALONE_QUEUE_CUT = "alone_queue"               # a holder alone queues no deeper than a shared one
 WRAP_UP_CUT = "wrap_up_at_work_end"           # a wrap-up waits for the renewal point, the work done or not
-HALF_KERNEL_CUT = "half_kernel_anticipation"  # any long kernel reaching an expected window waits
 
 
 @pytest.fixture(scope="session")
