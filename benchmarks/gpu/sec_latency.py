@@ -12,11 +12,11 @@ The GPU's use beside the bursts, against the issue's goal (the neighbour
 keeps >= 80% of the GPU time the bursts leave idle, the GPU stays >= 95%
 busy): from the throughputs (`gpu_time_figures`), and NVML's utilization
 sampled over the same chunks as a second opinion. Both count a context
-switch or an idle gap as idle; the estimate counts a neighbour slowed by
-sharing (cache refills after a switch) as idle too. It errs high where the
-neighbour alone leaves the GPU idle (its syncs) and by the bursts' host
-time (their alone p50 is wall time: ~0.2 ms of PyTorch before the first
-kernel), so a miss is a miss."""
+switch or an idle gap as idle. The estimate errs low where sharing slows
+the neighbour's kernels (cache refills after a switch count as idle), and
+high where the neighbour alone leaves the GPU idle (its syncs) and by the
+bursts' host time (their alone p50 is wall time: ~0.2 ms of PyTorch before
+the first kernel)."""
 from __future__ import annotations
 
 import time
