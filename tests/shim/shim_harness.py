@@ -51,12 +51,6 @@ ALONE_QUEUE_CUT = "alone_queue"               # a holder alone queues no deeper 
 WRAP_UP_CUT = "wrap_up_at_work_end"           # a wrap-up waits for the renewal point, the work done or not
 
 
-@pytest.fixture(scope="session")
-def api():
-    """gslice._shim_api's functions: the shim's pure arithmetic, called from Python."""
-    return pytest.importorskip("gslice._shim_api").lib
-
-
 def build_cut_shim(cut: str, out_dir: Path) -> Path:
     """libgslice.so with `cut` cut out, built into out_dir (never into the package)."""
     out = Path(out_dir) / f"cut-{cut}" / "libgslice.so"   # the name tests check a pointer's object by

@@ -325,7 +325,20 @@ def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runn
     working."""
     admin, low, high = _groups(tokend)
     holder = _holder_loop(runner, tokend, low, 3)
-    writes = _write_windows(tokend.client_socket.parent / preempt_doorbell.FILE_NAME, 1.5, lambda: MS, every_s=0.01)
+    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
+    deadline = time.monotonic() + 1.5
+    writes = 0
+    with open(page_path, "r+b") as f:
+        import mmap
+        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
+        try:
+            while time.monotonic() < deadline:
+                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                struct.pack_into("<QQ", page, preempt_doorbell._EXPECTED_OFFSET, now + MS, now + 20 * MS)
+                writes += 1
+                time.sleep(0.01)
+        finally:
+            page.close()
     out_text, err_text = holder.communicate(timeout=30)
     assert holder.returncode == 0, err_text
     stats = parse_kv(out_text)
@@ -336,27 +349,6 @@ def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runn
     # 20 ms), not one per write (about 150).
     assert pauses <= 1.52 / 0.1 + 2 < writes
     assert int(stats["launched"]) > 0
-
-
-def _write_windows(page_path, seconds: float, opens_in_ns, every_s: float) -> int:
-    """Write an expected-preemption window on the doorbell page every
-    `every_s` for `seconds`, opening opens_in_ns() from now and closing 20
-    ms after (a tenant scribbling, or a stand-in for tokend's windows);
-    returns how many were written."""
-    import mmap
-    writes = 0
-    deadline = time.monotonic() + seconds
-    with open(page_path, "r+b") as f:
-        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
-        try:
-            while time.monotonic() < deadline:
-                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                struct.pack_into("<QQ", page, preempt_doorbell._EXPECTED_OFFSET, now + opens_in_ns(), now + 20 * MS)
-                writes += 1
-                time.sleep(every_s)
-        finally:
-            page.close()
-    return writes
 
 
 @pytest.mark.timing

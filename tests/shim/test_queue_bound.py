@@ -25,6 +25,11 @@ CONTENDED_BATCH_US = 100
 LONG_KERNEL_US = 500
 
 
+@pytest.fixture(scope="module")
+def api():
+    return pytest.importorskip("gslice._shim_api").lib
+
+
 @pytest.mark.parametrize("kernel_us", [7, 50, 220, 500, 1800, 12500])
 @pytest.mark.parametrize("preempted", [0, 1])
 def test_a_contended_submission_waits_until_the_queue_is_within_the_feed_ahead(api, kernel_us, preempted):
