@@ -112,6 +112,8 @@ def test_the_short_form_runs_every_section_from_the_installed_wheel(bundle, tmp_
         assert shape["gpu_busy_estimate"] is not None and "met" in shape["target_gpu_busy"], shape
         assert shape["nvml_util_pct_beside"] is not None, {k: v for k, v in shape.items() if "nvml" in k}
         assert len(shape["phases"]["beside"]) == 2
+        # The neighbour alone twice, before and after the chunks: the noise of its part.
+        assert len(shape["neighbour_runs"]["alone"]) == 2 and shape["neighbour_rate_alone_last_over_first"] > 0
     beside_own = sections["capture"]["results"]["capture_global_beside_own_launches"]
     assert beside_own["target"]["met"] and beside_own["shim"]["own_thread_launches"] > 0
     rpc = sections["rpc"]["results"]["round_trips"]
@@ -177,6 +179,12 @@ def test_the_gpu_s_use_beside_the_bursts_is_judged_against_the_issue_s_goal():
     assert verdicts["target_gpu_busy"]["met"] and verdicts["target_neighbour_share_of_idle"]["met"]
     _, verdicts = judged(680)
     assert not verdicts["target_gpu_busy"]["met"] and not verdicts["target_neighbour_share_of_idle"]["met"]
+    # The neighbour alone before and after the chunks: pooled for the rate, last over first as its noise.
+    twice = sec_latency.gpu_time_figures(1.75, 800, {"alone": [{"iterations": 1000, "seconds": 1.0},
+                                                               {"iterations": 980, "seconds": 1.0}],
+                                                     "beside": [{"iterations": 800, "seconds": 1.0, "burst_seconds": 10.0}]})
+    assert twice["neighbour_rate_alone"] == pytest.approx(990)
+    assert twice["neighbour_rate_alone_last_over_first"] == pytest.approx(0.98)
     missing = sec_latency.gpu_time_figures(1.75, 800, {"alone": [], "beside": []})
     assert missing["gpu_busy_estimate"] is None
     assert not sec_latency.gpu_time_verdicts(missing)["target_gpu_busy"]["met"]

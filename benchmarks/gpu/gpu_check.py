@@ -240,7 +240,8 @@ def highlights(name: str, res: dict) -> list[str]:
                                f"alone shim {_fmt(l['alone_shim']['p50'])}/{_fmt(l['alone_shim']['p99'])}, beside "
                                f"{_fmt(l['beside']['p50'])}/{_fmt(l['beside']['p99'])} (n={l['beside']['n']}); neighbour "
                                f"kept {_fmt(r['neighbour_share_of_idle'])} of the idle GPU; GPU busy "
-                               f"{_fmt(r.get('gpu_busy_estimate'))} by the throughputs"
+                               f"{_fmt(r.get('gpu_busy_estimate'))} by the throughputs (neighbour alone, last over "
+                               f"first run: {_fmt(r.get('neighbour_rate_alone_last_over_first'))})"
                                + (f" ({r['gpu_time_figures']})" if "gpu_time_figures" in r else "")
                                + (f", NVML util {_fmt(r['nvml_util_pct_beside'])}% beside, "
                                   f"{_fmt(r.get('nvml_util_pct_neighbour_alone'))}% with the neighbour alone"

@@ -60,7 +60,12 @@ def gpu_time_figures(alone_p50_ms: float | None, bursts_beside: int, neighbour_r
     bursts_part = alone_p50_ms / 1e3 * bursts_beside / wall if alone_p50_ms and wall > 0 else None
     neighbour_part = nb_beside / nb_alone if nb_alone and nb_beside is not None else None
     known = bursts_part is not None and neighbour_part is not None
+    alone = [rate([r]) for r in neighbour_runs.get("alone", [])]
+    # Alone against alone (the last run over the first): the noise of the
+    # neighbour's part, which is read against their pooled rate.
+    alone_noise = alone[-1] / alone[0] if len(alone) >= 2 and alone[0] and alone[-1] else None
     return {"neighbour_rate_alone": nb_alone, "neighbour_rate_beside": nb_beside,
+            "neighbour_rate_alone_last_over_first": alone_noise,
             "bursts_part_of_gpu": bursts_part, "neighbour_part_of_gpu": neighbour_part,
             "gpu_busy_estimate": bursts_part + neighbour_part if known else None,
             "neighbour_share_of_idle": neighbour_part / (1 - bursts_part) if known and bursts_part < 1 else None}
@@ -97,12 +102,16 @@ def run(ctx: Context) -> None:
                 lat = {"alone_bare": [], "alone_shim": [], "beside": []}
                 neighbour_runs = {"alone": [], "beside": []}
                 phases = {"neighbour_alone": [], "beside": []}   # time.monotonic() spans, for NVML's samples
-                # The neighbour's rate alone (under the shim, its group alone).
-                neighbour.call("neighbour_start", 30, unit=unit, sync_every=sync_every)
-                t0 = time.monotonic()
-                time.sleep(ctx.seconds(1.0, 0.2))
-                phases["neighbour_alone"].append((t0, time.monotonic()))
-                neighbour_runs["alone"].append(neighbour.call("neighbour_stop", 120))
+
+                def neighbour_alone():
+                    """The neighbour's rate alone (under the shim, its group alone)."""
+                    neighbour.call("neighbour_start", 30, unit=unit, sync_every=sync_every)
+                    t0 = time.monotonic()
+                    time.sleep(ctx.seconds(1.0, 0.2))
+                    phases["neighbour_alone"].append((t0, time.monotonic()))
+                    neighbour_runs["alone"].append(neighbour.call("neighbour_stop", 120))
+
+                neighbour_alone()
                 for _ in range(2):
                     lat["alone_bare"] += bare.call("bursts", 300, count=alone_chunk, **burst_args)["latencies_ms"]
                     lat["alone_shim"] += shim.call("bursts", 300, count=alone_chunk, **burst_args)["latencies_ms"]
@@ -115,6 +124,9 @@ def run(ctx: Context) -> None:
                     stopped = neighbour.call("neighbour_stop", 120)
                     stopped["burst_seconds"] = reply["seconds"]
                     neighbour_runs["beside"].append(stopped)
+                # Again after the chunks: the alone rate's own noise, beside
+                # the ratios read against it.
+                neighbour_alone()
                 alone_p50, alone_p99 = _pct(lat["alone_bare"], 0.5), _pct(lat["alone_bare"], 0.99)
                 beside_p50, beside_p99 = _pct(lat["beside"], 0.5), _pct(lat["beside"], 0.99)
                 figures = gpu_time_figures(alone_p50, len(lat["beside"]), neighbour_runs)
