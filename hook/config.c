@@ -98,6 +98,7 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
 
     /* The level first, so later warnings honour it. */
     cfg->log_level = GS_LOG_WARN;
+    cfg->anticipation_long_overlap_pct = GS_ANTICIPATION_LONG_OVERLAP_PCT_DEFAULT;
     if ((v = lookup("GSLICE_LOG_LEVEL")) && *v) {
         if (!strcmp(v, "error")) cfg->log_level = GS_LOG_ERROR;
         else if (!strcmp(v, "warn")) cfg->log_level = GS_LOG_WARN;
@@ -162,6 +163,16 @@ void gs_config_parse(gs_config *cfg, const char *(*lookup)(const char *name))
     cfg->calls_stream = switch_setting(lookup, "GSLICE_CALLS_STREAM", "token and memory calls go on the Calls stream");
     cfg->calls_socket = switch_setting(lookup, "GSLICE_CALLS_SOCKET",
                                        "token and memory calls go on tokend's client.calls when it offers one");
+
+    if ((v = lookup("GSLICE_ANTICIPATION_LONG_OVERLAP_PCT")) && *v) {
+        char *end;
+        long pct = strtol(v, &end, 10);
+        if (*end || pct < 0 || pct > 100)
+            GS_WARN("GSLICE_ANTICIPATION_LONG_OVERLAP_PCT=%s is not a percentage in 0..100 (using %u)", v,
+                    GS_ANTICIPATION_LONG_OVERLAP_PCT_DEFAULT);
+        else
+            cfg->anticipation_long_overlap_pct = (unsigned)pct;
+    }
 
     cfg->metered = !cfg->disabled && cfg->group[0] != 0;
 }

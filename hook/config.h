@@ -10,6 +10,10 @@ enum gs_daemon_loss_policy {
     GS_ON_LOSS_OPEN = 1,   /* run unmetered while tokend is away */
 };
 
+/* How far a long kernel may run into an expected preemptor's window
+ * (gs_anticipation_holds, gate_pause.c). */
+#define GS_ANTICIPATION_LONG_OVERLAP_PCT_DEFAULT 0
+
 typedef struct gs_config {
     bool disabled;             /* GSLICE_DISABLE=1: pure pass-through */
     bool metered;              /* a group is configured and not disabled */
@@ -34,6 +38,9 @@ typedef struct gs_config {
                                 * (rpc_client.c); 0: unary calls */
     bool calls_socket;         /* GSLICE_CALLS_SOCKET (default 1): ... on client.calls when tokend offers it
                                 * (calls_socket.h); 0: on the Calls stream */
+    unsigned anticipation_long_overlap_pct; /* GSLICE_ANTICIPATION_LONG_OVERLAP_PCT (0..100, default 0): how far
+                                * (percent of its length) a long kernel may run into the window in which a
+                                * preemptor is expected before it waits for it (gate_pause.c) */
 } gs_config;
 
 /* The process's configuration; the first call reads the environment. */

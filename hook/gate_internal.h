@@ -82,7 +82,9 @@ void gs_gate_lease_at_start_locked(gs_gate *g);
 /* gate_pause.c */
 void gs_gate_pause_unanswered_locked(gs_gate *g);
 void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why);
-bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_end_ns);
+bool gs_gate_anticipation_pause_locked(gs_gate *g, uint64_t now, uint64_t work_start_ns, uint64_t work_ns);
+bool gs_anticipation_holds(uint64_t work_start_ns, uint64_t work_ns, uint64_t window_start_ns,
+                           unsigned long_overlap_pct);   /* pure */
 void gs_gate_doorbell_resume_locked(gs_gate *g, const char *why);
 void gs_gate_heed_ring_locked(gs_gate *g, uint64_t now, const char *why);
 

@@ -283,7 +283,7 @@ uint64_t gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
         queued_end = now;
     if (long_kernel) {
         pthread_mutex_lock(&g->mu);
-        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
+        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end, kernel_ns)) {
             pthread_mutex_unlock(&g->mu);
             return 0;   /* gs_gate_enter waits for the ring, the window's end or the bound */
         }
@@ -308,7 +308,7 @@ uint64_t gs_gate_checkpoint_before_launch(gs_gate *g, const void *work)
          * Their whole batch waits: it is short, and what is queued then
          * ends about when the window opens. */
         pthread_mutex_lock(&g->mu);
-        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end + kernel_ns)) {
+        if (g->state == GS_GATE_HOLDING && gs_gate_anticipation_pause_locked(g, now, queued_end, kernel_ns)) {
             pthread_mutex_unlock(&g->mu);
             return 0;
         }

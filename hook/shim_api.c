@@ -115,6 +115,12 @@ GS_EXPORT int gslice_queue_bound_outstanding(int alone, uint32_t launch_gpu_us, 
     return gs_queue_bound_outstanding(alone != 0, launch_gpu_us, work_item_us);
 }
 
+GS_EXPORT int gslice_anticipation_holds(uint64_t work_start_ns, uint64_t work_ns, uint64_t window_start_ns,
+                                        unsigned long_overlap_pct)
+{
+    return gs_anticipation_holds(work_start_ns, work_ns, window_start_ns, long_overlap_pct);
+}
+
 GS_EXPORT void gslice_launch_gpu_time_series(const double *interval_us, const uint32_t *launches, int n,
                                              uint32_t *estimates_us)
 {

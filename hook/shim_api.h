@@ -61,6 +61,11 @@ void gslice_pacing_sleep_until_ns(uint64_t deadline_ns);
 int32_t gslice_queue_bound_batch_launches(int32_t interval, uint32_t launch_gpu_us, int contended);
 /* Checkpoints a launch may leave outstanding (~1 ms of GPU work each). */
 int gslice_queue_bound_outstanding(int alone, uint32_t launch_gpu_us, uint32_t work_item_us);
+/* Anticipation (hook/gate_pause.c), pure: 1 when work of work_ns starting
+ * at work_start_ns waits for a preemptor expected from window_start_ns, a
+ * long kernel running long_overlap_pct percent of itself into the window. */
+int gslice_anticipation_holds(uint64_t work_start_ns, uint64_t work_ns, uint64_t window_start_ns,
+                              unsigned long_overlap_pct);
 /* The gate's GPU time per launch (hook/kernel_lengths.c), pure: fed the
  * contiguous intervals interval_us[i] over launches[i] launches, in order;
  * estimates_us[i] is its value after interval i. */

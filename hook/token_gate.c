@@ -163,7 +163,7 @@ static void after_slice_start_locked(gs_gate *g, const char *why)
     if (gs_doorbell_outranking_ring_within(&g->doorbell, now, GS_GATE_DOORBELL_PAUSE_NS))
         gs_gate_doorbell_pause_locked(g, why);
     else if (kernel_ns)
-        gs_gate_anticipation_pause_locked(g, now, now + kernel_ns);   /* its first kernel */
+        gs_gate_anticipation_pause_locked(g, now, now, kernel_ns);   /* its first kernel */
 }
 
 void gs_gate_after_grant_locked(gs_gate *g)

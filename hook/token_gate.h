@@ -129,7 +129,10 @@ struct gs_rpc;
  * its time. */
 #define GS_GATE_DOORBELL_QUIET_NS 100000000ull
 /* Anticipation: work (a long kernel; a batch of short ones while
- * contended) that would still run when tokend expects a preemptor to ask (its window on the doorbell page) is not started; the
+ * contended) that would still run when tokend expects a preemptor to ask
+ * (its window on the doorbell page; a long kernel may run into it as far
+ * as GSLICE_ANTICIPATION_LONG_OVERLAP_PCT allows: gs_anticipation_holds in
+ * gate_pause.c) is not started; the
  * pause ends at the ring (a ring pause then), at the window's end, or
  * after this long at most ... */
 #define GS_GATE_ANTICIPATION_PAUSE_NS 5000000ull

@@ -81,6 +81,18 @@ def phase_stats(clock_report: dict, t0: float, t1: float) -> dict:
             "util_pct_mean": statistics.fmean(util) if util else None}
 
 
+def archive_logs(work_dir: Path, tar_path: Path) -> Path:
+    """The *.log files under work_dir into tar_path (gzip), then work_dir
+    removed: what a run leaves is its result and this archive."""
+    import shutil
+    import tarfile
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for path in sorted(Path(work_dir).rglob("*.log")):
+            tar.add(path, arcname=str(path.relative_to(work_dir)))
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return tar_path
+
+
 class Record:
     """A section's results, rewritten to `path` (JSON) after every step, so a
     section killed by its timeout still leaves what it measured."""

@@ -37,9 +37,7 @@ import bisect
 import json
 import os
 import re
-import shutil
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -49,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gslice.experiment import SharingExperiment  # noqa: E402
 from gslice.workloads_served import percentiles  # noqa: E402
 
-from harness import Worker, wait_ready  # noqa: E402
+from harness import Worker, archive_logs, wait_ready  # noqa: E402
 from sec_latency import SHAPES  # noqa: E402
 
 SERIES = ("alone_bare", "bare_beside", "gslice", "gslice_jitter", "gslice_traced")
@@ -203,11 +201,7 @@ def trace(gpu: str, backend: str, shape_names: list[str], bursts: int, out: Path
         finally:
             for w in workers.values():
                 w.close()
-    logs = out / f"latency_trace_{backend}_logs.tar.gz"
-    with tarfile.open(logs, "w:gz") as tar:
-        for path in sorted(work.rglob("*.log")):
-            tar.add(path, arcname=str(path.relative_to(work)))
-    shutil.rmtree(work, ignore_errors=True)
+    logs = archive_logs(work, out / f"latency_trace_{backend}_logs.tar.gz")
     print(f"[latency-trace] {result}, logs in {logs}", flush=True)
 
 

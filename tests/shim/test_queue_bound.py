@@ -325,3 +325,25 @@ def test_a_pacing_sleep_runs_with_a_fine_timer_slack_and_puts_the_threads_own_ba
     # A thread already finer than that keeps its own.
     during, after = _slack_during_and_after_a_pacing_sleep(api, 500)
     assert (during, after) == (500, 500)
+
+
+@pytest.mark.parametrize("overlap_pct", [0, 50, 100])
+def test_a_long_kernel_runs_into_an_expected_window_only_as_far_as_the_overlap_allows(api, overlap_pct):
+    """gate_pause.c, gs_anticipation_holds: held, a kernel idles the GPU
+    until the expected arrival; started, the arrival waits for its rest. A
+    long kernel (>= 500 us) may run overlap_pct percent of its length past
+    the window's opening (GSLICE_ANTICIPATION_LONG_OVERLAP_PCT; at 100 only
+    one that would start inside it waits); a short one waits when any of it
+    would."""
+    opens = 100_000_000
+    for kernel_us in (LONG_KERNEL_US, 1800, 12_500):
+        k = kernel_us * US
+        allowed = k * overlap_pct // 100
+        assert not api.gslice_anticipation_holds(opens - k, k, opens, overlap_pct)          # ends as it opens
+        assert not api.gslice_anticipation_holds(opens - k + allowed, k, opens, overlap_pct)
+        assert api.gslice_anticipation_holds(opens - k + allowed + 1, k, opens, overlap_pct)
+        assert api.gslice_anticipation_holds(opens + 1, k, opens, overlap_pct)                 # starts inside it
+    for kernel_us in (7, 220, LONG_KERNEL_US - 1):
+        k = kernel_us * US
+        assert not api.gslice_anticipation_holds(opens - k, k, opens, overlap_pct)
+        assert api.gslice_anticipation_holds(opens - k + 1, k, opens, overlap_pct)
