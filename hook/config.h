@@ -10,9 +10,13 @@ enum gs_daemon_loss_policy {
     GS_ON_LOSS_OPEN = 1,   /* run unmetered while tokend is away */
 };
 
-/* How far a long kernel may run into an expected preemptor's window
- * (gs_anticipation_holds, gate_pause.c). */
-#define GS_ANTICIPATION_LONG_OVERLAP_PCT_DEFAULT 0
+/* How far (percent of its length) a long kernel may run into an expected
+ * preemptor's window (gs_anticipation_holds, gate_pause.c). Half: on an
+ * H200 beside 8192 matmuls, 0 left the GPU 0.916 busy (the issue asks
+ * 0.95) for bursts p50 / p99 +0.35 / +1.36 ms over alone; 50: 0.963,
+ * +0.98 / +1.47 (the bound is a kernel + 0.3 ms: +2.1); 100: 0.966, +1.07 /
+ * +1.84 (benchmarks/gpu/latency_ab.py, results/gpu/latency_ab_20261128T2009Z). */
+#define GS_ANTICIPATION_LONG_OVERLAP_PCT_DEFAULT 50
 
 typedef struct gs_config {
     bool disabled;             /* GSLICE_DISABLE=1: pure pass-through */
@@ -38,7 +42,7 @@ typedef struct gs_config {
                                 * (rpc_client.c); 0: unary calls */
     bool calls_socket;         /* GSLICE_CALLS_SOCKET (default 1): ... on client.calls when tokend offers it
                                 * (calls_socket.h); 0: on the Calls stream */
-    unsigned anticipation_long_overlap_pct; /* GSLICE_ANTICIPATION_LONG_OVERLAP_PCT (0..100, default 0): how far
+    unsigned anticipation_long_overlap_pct; /* GSLICE_ANTICIPATION_LONG_OVERLAP_PCT (0..100, default 50): how far
                                 * (percent of its length) a long kernel may run into the window in which a
                                 * preemptor is expected before it waits for it (gate_pause.c) */
 } gs_config;

@@ -83,11 +83,12 @@ void gs_gate_doorbell_pause_locked(gs_gate *g, const char *why)
  * idles at most a short kernel, and beside 0.22 ms kernels on an H200 the
  * bursts' p50 target rests on finding the GPU drained. Long work (>=
  * GS_GATE_LONG_KERNEL_US) may run long_overlap_pct percent of its length
- * past the opening (GSLICE_ANTICIPATION_LONG_OVERLAP_PCT): 0 holds every
- * one that reaches the window, which beside a neighbour whose kernels fall
- * the same way against each burst idles up to a kernel per burst (the
- * H200's 8192 matmuls: ~1.2 ms of a 12 ms cycle); 50 bounds both costs by
- * half a kernel; 100 holds only one that would start inside the window. */
+ * past the opening (GSLICE_ANTICIPATION_LONG_OVERLAP_PCT, default 50): 0
+ * holds every one that reaches the window, which beside a neighbour whose
+ * kernels fall the same way against each burst idles up to a kernel per
+ * burst (the H200's 8192 matmuls: ~1.2 ms of a 12 ms cycle, the GPU 0.916
+ * busy); 50 bounds both costs by half a kernel (0.963); 100 holds only one
+ * that would start inside the window. */
 bool gs_anticipation_holds(uint64_t work_start_ns, uint64_t work_ns, uint64_t window_start_ns,
                            unsigned long_overlap_pct)
 {

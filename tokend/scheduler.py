@@ -180,9 +180,10 @@ bursts were anticipated.)
 would preempt the holder (``preemptors``); tokend publishes it and the
 holder's shim starts no work that would still run when it opens (on a GPU
 that runs one context at a time, the preemptor would otherwise wait for
-that work's rest). A hint only: no decision here depends on it; it
-costs the holder's group the GPU time left idle before the arrival, at
-most a kernel plus the window.
+that work's rest; a long kernel waits only when more than half of it, by
+default, would run into the window: hook/gate_pause.c). A hint only: no
+decision here depends on it; it costs the holder's group the GPU time
+left idle before the arrival, at most a kernel plus the window.
 
 Expiry. A token not released within ``quantum + grace`` of its grant is
 taken back by the first event or ``advance`` at or after that deadline:

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tokend.state_store import pack_intervals, unpack_intervals
+
 
 def _use(client, seconds_each: float, times: int) -> None:
     """`times` slices of `seconds_each` of GPU time, as a shim reports them."""
@@ -40,11 +42,16 @@ def test_window_and_counters_carry_over_a_restart(tokend_factory, how):
     assert after.share == pytest.approx(before.share, abs=0.002) and after.share > 0.015
 
 
+FIELDS = {"pace_until": 0.0, "charged_total": 1.0, "tokens_granted": 1, "preemptions": 0, "expiries": 0}
+
+
 @pytest.mark.parametrize("entry", [
-    {"intervals": [[5, 1, 0]]},  # fields missing
-    {"intervals": [[5.0, 1.0, 0.0]], "pace_until": 0.0, "charged_total": 1.0, "tokens_granted": 1,
-     "preemptions": 0, "expiries": 0},  # every field, an interval ending before it starts
-], ids=["fields_missing", "interval_reversed"])
+    {"intervals_f64le": pack_intervals([[5, 1, 0]])},  # fields missing
+    {"intervals_f64le": pack_intervals([[5.0, 1.0, 0.0]]), **FIELDS},  # an interval ending before it starts
+    {"intervals_f64le": "not base64 !", **FIELDS},
+    {"intervals_f64le": pack_intervals([[1.0, 2.0, 0.0]])[:-8], **FIELDS},  # a torn triple
+    {"intervals": [[1.0, 2.0, 0.0]], **FIELDS},  # version 1's lists in a version 2 file
+], ids=["fields_missing", "interval_reversed", "not_base64", "torn_triple", "lists_in_version_2"])
 def test_an_unusable_charges_file_is_reported_and_the_groups_start_afresh(tokend_factory, entry):
     tokend = tokend_factory(gpu="fake", window=30)
     admin = tokend.admin()
@@ -58,3 +65,28 @@ def test_an_unusable_charges_file_is_reported_and_the_groups_start_afresh(tokend
     status = tokend.admin().status().group("a")
     assert status.charged_seconds == 0.0 and status.tokens_granted == 0
     assert "charges of group 'a'" in tokend.log_tail(80)
+
+
+def test_charges_saved_by_the_previous_format_carry_over(tokend_factory):
+    """Version 1 wrote each group's intervals as JSON lists (a save of them
+    held the GIL from tokend's loop for milliseconds: the state_store
+    comment); a daemon upgraded in place reads them, and saves version 2."""
+    tokend = tokend_factory(gpu="fake", window=30)
+    admin = tokend.admin()
+    admin.create_group("a", request=0.2, memory="1GiB")
+    _use(tokend.shim_client("a", admin.group_secret("a")), 0.05, 4)
+    before = admin.status().group("a")
+    tokend.stop()
+    path = tokend.state_dir / "accounting.json"
+    state = json.loads(path.read_text())
+    assert state["version"] == 2 and "intervals" not in state["groups"]["a"]
+    entry = state["groups"]["a"]
+    entry["intervals"] = unpack_intervals(entry.pop("intervals_f64le"))
+    assert len(entry["intervals"]) == 4
+    state["version"] = 1
+    path.write_text(json.dumps(state))
+    tokend.start()
+    after = tokend.admin().status().group("a")
+    assert after.charged_seconds == pytest.approx(before.charged_seconds, abs=1e-6)
+    assert after.tokens_granted == before.tokens_granted == 4
+    assert after.share == pytest.approx(before.share, abs=0.002) and after.share > 0.005

@@ -29,11 +29,11 @@ def _groups(tokend):
     return admin, low, high
 
 
-def _holder_loop(runner, tokend, low, seconds, kernel_ns=2 * MS):
+def _holder_loop(runner, tokend, low, seconds, kernel_ns=2 * MS, **env):
     """A low-priority process saturating the GPU with 2 ms kernels, logging
     its gate's decisions (debug lines carry CLOCK_MONOTONIC)."""
     holder = runner.start("loop", "driver", seconds, kernel_ns, 0,
-                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug"))
+                          **group_env(tokend, "low", low.secret, GSLICE_LOG_LEVEL="debug", **env))
     wait_for_line(holder, "ready=1")
     return holder
 
@@ -325,20 +325,7 @@ def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runn
     working."""
     admin, low, high = _groups(tokend)
     holder = _holder_loop(runner, tokend, low, 3)
-    page_path = tokend.client_socket.parent / preempt_doorbell.FILE_NAME
-    deadline = time.monotonic() + 1.5
-    writes = 0
-    with open(page_path, "r+b") as f:
-        import mmap
-        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
-        try:
-            while time.monotonic() < deadline:
-                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                struct.pack_into("<QQ", page, preempt_doorbell._EXPECTED_OFFSET, now + MS, now + 20 * MS)
-                writes += 1
-                time.sleep(0.01)
-        finally:
-            page.close()
+    writes = _write_windows(tokend.client_socket.parent / preempt_doorbell.FILE_NAME, 1.5, lambda: MS, every_s=0.01)
     out_text, err_text = holder.communicate(timeout=30)
     assert holder.returncode == 0, err_text
     stats = parse_kv(out_text)
@@ -349,6 +336,73 @@ def test_a_forged_expected_window_costs_one_bounded_pause_each_quiet_period(runn
     # 20 ms), not one per write (about 150).
     assert pauses <= 1.52 / 0.1 + 2 < writes
     assert int(stats["launched"]) > 0
+
+
+def _write_windows(page_path, seconds: float, opens_in_ns, every_s: float) -> int:
+    """Write an expected-preemption window on the doorbell page every
+    `every_s` for `seconds`, opening opens_in_ns() from now and closing 20
+    ms after (a tenant scribbling, or a stand-in for tokend's windows);
+    returns how many were written."""
+    import mmap
+    writes = 0
+    deadline = time.monotonic() + seconds
+    with open(page_path, "r+b") as f:
+        page = mmap.mmap(f.fileno(), preempt_doorbell.SIZE)
+        try:
+            while time.monotonic() < deadline:
+                now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                struct.pack_into("<QQ", page, preempt_doorbell._EXPECTED_OFFSET, now + opens_in_ns(), now + 20 * MS)
+                writes += 1
+                time.sleep(every_s)
+        finally:
+            page.close()
+    return writes
+
+
+def _pauses_past_the_opening(runner, tokend, overlap_pct: str | None) -> tuple[list[int], str]:
+    """A 2 ms-kernel holder beside windows written every 2 ms, each opening
+    2-6 ms ahead (at random against its kernels): for each anticipation
+    pause it logged, how far (us) the held kernel would have run past the
+    window's opening; and its stderr."""
+    import random
+
+    admin, low, high = _groups(tokend)
+    env = {} if overlap_pct is None else {"GSLICE_ANTICIPATION_LONG_OVERLAP_PCT": overlap_pct}
+    holder = _holder_loop(runner, tokend, low, 3, **env)
+    rng = random.Random(23)
+    writes = _write_windows(tokend.client_socket.parent / preempt_doorbell.FILE_NAME, 2.2,
+                            lambda: rng.randrange(2 * MS, 6 * MS), every_s=0.002)
+    out_text, err_text = holder.communicate(timeout=30)
+    assert holder.returncode == 0, err_text
+    pauses = [(int(expected), int(ending)) for expected, ending in
+              re.findall(r"a preemptor is expected in (-?\d+) us; the next kernel \(ending in (-?\d+) us\) waits",
+                         err_text)]
+    # One pause per 100 ms quiet period while windows were written.
+    assert 8 <= len(pauses) < writes, (len(pauses), err_text[-3000:])
+    return sorted(ending - expected for expected, ending in pauses), err_text
+
+
+HALF_KERNEL_US = 1000   # half the holder's 2 ms kernel
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("overlap_pct", [None, "0", "150"], ids=["default", "0", "malformed"])
+def test_an_expected_window_holds_a_long_kernel_only_when_most_of_it_would_run_there(runner, tokend, overlap_pct):
+    """By default (GSLICE_ANTICIPATION_LONG_OVERLAP_PCT 50) each pause is
+    for a kernel that would have run more than half its length (1 ms) past
+    the window's opening: held, it idles the GPU until the arrival;
+    started, the arrival waits for its rest, and at half a kernel neither
+    exceeds half a kernel. At 0 (any kernel reaching the window waits),
+    6 and 10 of 22 pauses in two runs were for kernels that would have run
+    0.01-0.98 ms there. A malformed value is named in a warning and the
+    default holds."""
+    past_the_opening, err_text = _pauses_past_the_opening(runner, tokend, overlap_pct)
+    if overlap_pct == "0":
+        assert past_the_opening[0] < HALF_KERNEL_US * 0.95, past_the_opening
+    else:
+        assert past_the_opening[0] > HALF_KERNEL_US * 0.95, past_the_opening
+    if overlap_pct == "150":
+        assert "GSLICE_ANTICIPATION_LONG_OVERLAP_PCT=150 is not a percentage in 0..100 (using 50)" in err_text
 
 
 @pytest.mark.timing
