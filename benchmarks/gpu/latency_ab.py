@@ -1,17 +1,22 @@
-"""The latency section's bursts beside one neighbour, with the neighbour's
-shim in several settings side by side, in interleaved rounds (issue 23):
-what a setting of the holder's gate buys the bursts and costs the GPU, on
-a real GPU or the simulated one.
+"""The latency section's bursts beside one neighbour, in several settings
+side by side, in interleaved rounds (issue 23): what a setting of the
+holder's gate, the bursts' or tokend's buys the bursts and costs the GPU,
+on a real GPU or the simulated one.
 
     python benchmarks/gpu/latency_ab.py [--gpu real|sim] [--backend torch|driver]
         [--shapes ii i] [--rounds 2] [--bursts 500]
-        [--variant NAME=VAR=VALUE[,VAR=VALUE...] ...] [--out DIR]
+        [--variant NAME=SETTING[,SETTING...] ...] [--out DIR]
 
-One daemon, a high-priority group (bursts of 8 fp16 4096 matmuls, 10 ms
-think, as sec_latency) and a low-priority one holding one neighbour
-process per variant, each with its own environment (default: the long
-kernels' overlap with an expected preemptor's window,
-GSLICE_ANTICIPATION_LONG_OVERLAP_PCT 0, 50 and 100; hook/gate_pause.c).
+A SETTING is VAR=VALUE (the neighbour's environment), burst:VAR=VALUE (the
+bursts' environment) or --tokend-flag=VALUE (tokend's command line). By
+default the long kernels' overlap with an expected preemptor's window,
+GSLICE_ANTICIPATION_LONG_OVERLAP_PCT 0, 50 and 100 (hook/gate_pause.c).
+Variants with the same tokend flags share one daemon (the first also
+serves the bare series); each variant has its own burst and neighbour
+processes: a high-priority group (bursts of 8 fp16 4096 matmuls, 10 ms
+think, as sec_latency) and a low-priority one (the neighbour). On the
+simulated GPU each daemon has its own simulated GPU.
+
 Each round, per shape: the bursts alone bare (the reference), beside a bare
 neighbour (the GPU's own time-slicing), then beside each variant in an
 order rotated by round; each variant's neighbour alone for a second. Per
@@ -20,11 +25,12 @@ busy estimate and the neighbour's part of the idle GPU (sec_latency's
 gpu_time_figures, its rate beside over its own rate alone), NVML's
 utilization over its spans; per round too, so a difference reads against
 the rounds' spread. Writes DIR/latency_ab.json and the workers' logs,
-DIR/latency_ab_logs.tar.gz. About 2 minutes on an
-H200 with the defaults (2 shapes, 2 rounds of 500)."""
+DIR/latency_ab_logs.tar.gz. About 2 minutes on an H200 with the defaults
+(2 shapes, 2 rounds of 500)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -45,18 +51,25 @@ DEFAULT_VARIANTS = [f"overlap{pct}={OVERLAP_VAR}={pct}" for pct in (0, 50, 100)]
 BURST = dict(burst=8, think_ms=10.0, unit="mm4096h")
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    """NAME=VAR=VALUE[,VAR=VALUE...] -> (NAME, {VAR: VALUE})."""
-    name, sep, assignments = text.partition("=")
-    env = {}
-    for item in assignments.split(",") if assignments else []:
-        var, eq, value = item.partition("=")
-        if not eq or not var:
-            raise ValueError(f"variant {text!r}: {item!r} is not VAR=VALUE")
-        env[var] = value
+def parse_variant(text: str) -> dict:
+    """NAME=SETTING[,SETTING...] -> {"name", "neighbour_env", "burst_env",
+    "tokend_args"} (see the module's doc for SETTING)."""
+    name, sep, settings = text.partition("=")
     if not sep or not name:
-        raise ValueError(f"variant {text!r} is not NAME=VAR=VALUE[,VAR=VALUE...]")
-    return name, env
+        raise ValueError(f"variant {text!r} is not NAME=SETTING[,SETTING...]")
+    variant = {"name": name, "neighbour_env": {}, "burst_env": {}, "tokend_args": []}
+    for item in settings.split(",") if settings else []:
+        key, eq, value = item.partition("=")
+        if key.startswith("--") and len(key) > 2:
+            variant["tokend_args"] += [key, value] if eq else [key]
+            continue
+        target = "neighbour_env"
+        if key.startswith("burst:"):
+            target, key = "burst_env", key[len("burst:"):]
+        if not eq or not key:
+            raise ValueError(f"variant {text!r}: {item!r} is not VAR=VALUE, burst:VAR=VALUE or --tokend-flag=VALUE")
+        variant[target][key] = value
+    return variant
 
 
 def nvml_util(clock_report: dict, spans: list[tuple[float, float]]) -> float | None:
@@ -99,24 +112,39 @@ def summarise(shape: dict) -> dict:
 
 
 def run(gpu: str, backend: str, shape_names: list[str], rounds: int, bursts: int,
-        variants: list[tuple[str, dict]], out: Path) -> dict:
+        variants: list[dict], out: Path) -> dict:
     work = Path(tempfile.mkdtemp(prefix="latency-ab-"))
     shapes = [s for s in SHAPES if s[0].split("_")[0] in shape_names]
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": gpu, "backend": backend,
-                    "variants": {name: env for name, env in variants}, "rounds": rounds, "bursts": bursts,
+                    "variants": {v["name"]: v for v in variants}, "rounds": rounds, "bursts": bursts,
                     "shapes": {}}
     result = out / "latency_ab.json"
-    with SharingExperiment(work / "exp", gpu=gpu) as exp:
-        exp.add_group("hi", request="50%", limit="100%", memory="4GiB", priority="high")
-        exp.add_group("lo", request="50%", limit="100%", memory="4GiB", priority="low")
-        bursts_bare = Worker(exp, "hi", backend, "burst-bare", work, shim=False)
-        bursts_shim = Worker(exp, "hi", backend, "burst-shim", work)
-        neighbours = {"bare": Worker(exp, "lo", backend, "neighbour-bare", work, shim=False)}
-        for name, env in variants:
-            neighbours[name] = Worker(exp, "lo", backend, f"neighbour-{name}", work, env=env)
+    daemons: dict[tuple, SharingExperiment] = {}
+    with contextlib.ExitStack() as stack:
+        for v in variants:
+            args = tuple(v["tokend_args"])
+            if args not in daemons:
+                daemons[args] = exp = stack.enter_context(
+                    SharingExperiment(work / f"exp{len(daemons)}", gpu=gpu, tokend_args=list(args)))
+                exp.add_group("hi", request="50%", limit="100%", memory="8GiB", priority="high")
+                exp.add_group("lo", request="50%", limit="100%", memory="8GiB", priority="low")
+        exp = daemons[tuple(variants[0]["tokend_args"])]
+        workers: list = []   # closed in the end, however far their start got
+
+        def worker(home, group, label, **kwargs):
+            workers.append(Worker(home, group, backend, label, work, **kwargs))
+            return workers[-1]
+
         clocks = None
         try:
-            wait_ready([bursts_bare, bursts_shim, *neighbours.values()], 240.0)
+            bursters = {"bare": worker(exp, "hi", "burst-bare", shim=False)}
+            neighbours = {"bare": worker(exp, "lo", "neighbour-bare", shim=False)}
+            for v in variants:
+                home = daemons[tuple(v["tokend_args"])]
+                bursters[v["name"]] = worker(home, "hi", f"burst-{v['name']}", env=v["burst_env"])
+                neighbours[v["name"]] = worker(home, "lo", f"neighbour-{v['name']}", env=v["neighbour_env"])
+            bursts_bare = bursters["bare"]
+            wait_ready(workers, 240.0)
             clocks = ClockSampler(exp, interval=0.1)
             spans: dict = {}
             for shape_name, unit, sync_every, kernel_ms in shapes:
@@ -126,11 +154,10 @@ def run(gpu: str, backend: str, shape_names: list[str], rounds: int, bursts: int
                     one = {"alone_bare": bursts_bare.call("bursts", 300, count=max(50, bursts // 5),
                                                           **BURST)["latencies_ms"],
                            "beside": {}, "neighbour_alone": {}}
-                    order = [name for name, _ in variants]
+                    order = [v["name"] for v in variants]
                     order = order[k % len(order):] + order[:k % len(order)]
                     for series in ["bare", *order]:
-                        worker = neighbours[series]
-                        burster = bursts_bare if series == "bare" else bursts_shim
+                        worker, burster = neighbours[series], bursters[series]
                         worker.call("neighbour_start", 60, unit=unit, sync_every=sync_every)
                         time.sleep(0.3)
                         t0 = time.monotonic()
@@ -160,7 +187,7 @@ def run(gpu: str, backend: str, shape_names: list[str], rounds: int, bursts: int
                             report["shapes"][shape_name]["summary"][series]["nvml_util_pct"] = nvml_util(
                                 report_clocks, series_spans)
                 result.write_text(json.dumps(report))
-            for w in (bursts_bare, bursts_shim, *neighbours.values()):
+            for w in workers:
                 w.close()
     for shape_name, shape in report["shapes"].items():
         print_summary(shape_name, shape.get("summary", {}))
@@ -195,16 +222,18 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--bursts", type=int, default=500, help="bursts per variant and round")
     parser.add_argument("--variant", action="append", dest="variants",
-                        help=f"NAME=VAR=VALUE[,VAR=VALUE...], the neighbour's extra environment (repeat; "
-                             f"default: {' '.join(DEFAULT_VARIANTS)})")
+                        help=f"NAME=SETTING[,SETTING...]: VAR=VALUE (the neighbour's environment), "
+                             f"burst:VAR=VALUE (the bursts'), --tokend-flag=VALUE (repeat; default: "
+                             f"{' '.join(DEFAULT_VARIANTS)})")
     parser.add_argument("--out", default=os.environ.get("OUT") or "latency-ab")
     args = parser.parse_args(argv)
     try:
         variants = [parse_variant(v) for v in (args.variants or DEFAULT_VARIANTS)]
     except ValueError as exc:
         parser.error(str(exc))
-    if len({name for name, _ in variants}) != len(variants) or any(name == "bare" for name, _ in variants):
-        parser.error(f"variant names must be distinct and not 'bare': {[name for name, _ in variants]}")
+    names = [v["name"] for v in variants]
+    if len(set(names)) != len(names) or "bare" in names:
+        parser.error(f"variant names must be distinct and not 'bare': {names}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     run(args.gpu, args.backend or ("torch" if args.gpu == "real" else "driver"), args.shapes, args.rounds,

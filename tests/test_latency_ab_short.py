@@ -1,0 +1,63 @@
+"""benchmarks/gpu/latency_ab.py: its settings' parsing, and a tiny run on the
+simulated GPU with two daemons (a variant with a tokend flag has its own),
+so the A/B a device session runs cannot rot between runs on a GPU. Figures
+are not judged here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AB = ROOT / "benchmarks" / "gpu" / "latency_ab.py"
+sys.path.insert(0, str(AB.parent))
+
+import latency_ab  # noqa: E402
+
+
+def test_a_variant_s_settings_go_to_the_neighbour_the_bursts_or_tokend():
+    v = latency_ab.parse_variant("x=GSLICE_A=1,burst:GSLICE_B=0,--preempt-handover=at-release,--flag")
+    assert v == {"name": "x", "neighbour_env": {"GSLICE_A": "1"}, "burst_env": {"GSLICE_B": "0"},
+                 "tokend_args": ["--preempt-handover", "at-release", "--flag"]}
+    assert latency_ab.parse_variant("plain=") == {"name": "plain", "neighbour_env": {}, "burst_env": {},
+                                                   "tokend_args": []}
+    for bad in ("noname", "=A=1", "x=A", "x=burst:=1"):
+        with pytest.raises(ValueError, match="variant"):
+            latency_ab.parse_variant(bad)
+
+
+def test_latency_ab_runs_each_variant_beside_its_own_neighbour_and_daemon(tmp_path):
+    before = set(Path(tempfile.gettempdir()).glob("latency-ab-*"))
+    result = subprocess.run([sys.executable, str(AB), "--gpu", "sim", "--shapes", "i", "--rounds", "1",
+                             "--bursts", "12", "--variant", "default=",
+                             "--variant", "release=--preempt-handover=at-release,burst:GSLICE_LOG_LEVEL=debug",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    report = json.loads((tmp_path / "latency_ab.json").read_text())
+    shape = report["shapes"]["i_4096_sync4"]
+    (only_round,) = shape["rounds"]
+    assert list(only_round["beside"]) == ["bare", "default", "release"]
+    assert all(len(s["latencies_ms"]) == 12 and s["neighbour"]["iterations"] > 0
+               for s in only_round["beside"].values())
+    assert set(only_round["neighbour_alone"]) == {"default", "release"}
+    table = shape["summary"]
+    assert set(table) == {"alone_bare", "bare", "default", "release"}
+    for name in ("default", "release"):
+        assert 0 < table[name]["gpu_busy_estimate"] and table[name]["neighbour_share_of_idle"] > 0
+        assert table[name]["nvml_util_pct"] is not None
+    # The burst setting reached the variant's bursts only, and the logs were kept.
+    assert (tmp_path / "latency_ab_logs.tar.gz").stat().st_size > 0
+    import tarfile
+    with tarfile.open(tmp_path / "latency_ab_logs.tar.gz") as tar:
+        logs = {m.name: tar.extractfile(m).read().decode(errors="replace") for m in tar if m.isfile()}
+    assert "gslice[" in logs["worker-burst-release.log"] and " debug " in logs["worker-burst-release.log"]
+    assert " debug " not in logs["worker-burst-default.log"]
+    # Two daemons, the second started with the flag (a flag tokend refuses fails the run).
+    tokend_logs = [text for name, text in logs.items() if "tokend" in name]
+    assert len(tokend_logs) == 2, list(logs)
+    assert report["variants"]["release"]["tokend_args"] == ["--preempt-handover", "at-release"]
+    assert set(Path(tempfile.gettempdir()).glob("latency-ab-*")) == before   # the work folder is gone
