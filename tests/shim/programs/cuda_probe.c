@@ -160,6 +160,13 @@ static void print_shim_stats(void)
 
 static int run_launch(int n, uint64_t ns)
 {
+    /* PROBE_ATTACH_FIRST=1: a memory query first, which waits for the
+     * shim's attach, so queue_seconds times the launches' gate alone. */
+    const char *attach_first = getenv("PROBE_ATTACH_FIRST");
+    if (attach_first && !strcmp(attach_first, "1")) {
+        size_t free_bytes = 0, total_bytes = 0;
+        check(mem_info(&free_bytes, &total_bytes), "cuMemGetInfo");
+    }
     double t0 = now_s();
     for (int i = 0; i < n; i++)
         check(launch_sleep(ns), "launch");
