@@ -197,15 +197,15 @@ int gs_gate_outstanding_checkpoints(gs_gate *g)
  * on the simulated GPU, for no gain in the bursts' latency. */
 static bool queue_bounded(gs_gate *g)
 {
-    if (__atomic_load_n(&g->head_start, __ATOMIC_RELAXED) &&
-        !__atomic_load_n(&g->head_start_at_handback, __ATOMIC_RELAXED))
+    bool at_handback = __atomic_load_n(&g->head_start_at_handback, __ATOMIC_RELAXED);   /* read once */
+    if (__atomic_load_n(&g->head_start, __ATOMIC_RELAXED) && !at_handback)
         return false;
     if (gs_doorbell_queue_bounded(&g->doorbell))
         return true;
-    uint64_t start, end;
+    uint64_t window_start, window_end;   /* only whether a window is there matters here */
     return gs_gate_work_item_us(g) != 0 &&
-           gs_doorbell_expected_preemption(&g->doorbell, gs_gate_monotonic_ns(),
-                                           __atomic_load_n(&g->head_start_at_handback, __ATOMIC_RELAXED), &start, &end);
+           gs_doorbell_expected_preemption(&g->doorbell, gs_gate_monotonic_ns(), at_handback, &window_start,
+                                           &window_end);
 }
 
 /* Sleep until a pacing deadline with a fine timer slack (its lag is what
