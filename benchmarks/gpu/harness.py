@@ -81,6 +81,15 @@ def phase_stats(clock_report: dict, t0: float, t1: float) -> dict:
             "util_pct_mean": statistics.fmean(util) if util else None}
 
 
+def util_over_spans(clock_report: dict, spans) -> float | None:
+    """NVML's utilization (%) over the (t0, t1) spans, weighted by each
+    span's samples; None without samples."""
+    stats = [phase_stats(clock_report, a, b) for a, b in spans]
+    weighted = [(s["util_pct_mean"], s["samples"]) for s in stats if s["util_pct_mean"] is not None]
+    samples = sum(n for _, n in weighted)
+    return sum(u * n for u, n in weighted) / samples if samples else None
+
+
 def archive_logs(work_dir: Path, tar_path: Path) -> Path:
     """The *.log files under work_dir into tar_path (gzip), then work_dir
     removed: what a run leaves is its result and this archive."""

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gslice.experiment import SharingExperiment  # noqa: E402
 from gslice.workloads_served import percentiles  # noqa: E402
 
-from harness import ClockSampler, Worker, archive_logs, phase_stats, wait_ready  # noqa: E402
+from harness import ClockSampler, Worker, archive_logs, util_over_spans, wait_ready  # noqa: E402
 from sec_latency import SHAPES, gpu_time_figures  # noqa: E402
 
 OVERLAP_VAR = "GSLICE_ANTICIPATION_LONG_OVERLAP_PCT"
@@ -70,14 +70,6 @@ def parse_variant(text: str) -> dict:
             raise ValueError(f"variant {text!r}: {item!r} is not VAR=VALUE, burst:VAR=VALUE or --tokend-flag=VALUE")
         variant[target][key] = value
     return variant
-
-
-def nvml_util(clock_report: dict, spans: list[tuple[float, float]]) -> float | None:
-    """NVML's utilization (%) over the spans, weighted by their samples."""
-    stats = [phase_stats(clock_report, a, b) for a, b in spans]
-    weighted = [(s["util_pct_mean"], s["samples"]) for s in stats if s["util_pct_mean"] is not None]
-    samples = sum(n for _, n in weighted)
-    return sum(u * n for u, n in weighted) / samples if samples else None
 
 
 def summarise(shape: dict) -> dict:
@@ -184,7 +176,7 @@ def run(gpu: str, backend: str, shape_names: list[str], rounds: int, bursts: int
                 for shape_name, by_series in spans.items():
                     if "summary" in report["shapes"].get(shape_name, {}):
                         for series, series_spans in by_series.items():
-                            report["shapes"][shape_name]["summary"][series]["nvml_util_pct"] = nvml_util(
+                            report["shapes"][shape_name]["summary"][series]["nvml_util_pct"] = util_over_spans(
                                 report_clocks, series_spans)
                 result.write_text(json.dumps(report))
             for w in workers:

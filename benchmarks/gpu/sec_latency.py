@@ -23,7 +23,7 @@ import time
 
 from gslice.experiment import SharingExperiment
 
-from harness import ClockSampler, Context, Worker, phase_stats, verdict, wait_ready
+from harness import ClockSampler, Context, Worker, util_over_spans, verdict, wait_ready
 
 SHAPES = [
     ("i_4096_sync4", "mm4096h", 4, 0.22),
@@ -164,10 +164,7 @@ def nvml_by_phase(rec, clock_report: dict) -> None:
         if not key.startswith("bursts_") or "phases" not in result:
             continue
         for phase, spans in result["phases"].items():
-            util = [phase_stats(clock_report, a, b) for a, b in spans]
-            weighted = [(s["util_pct_mean"], s["samples"]) for s in util if s["util_pct_mean"] is not None]
-            samples = sum(n for _, n in weighted)
-            result[f"nvml_util_pct_{phase}"] = sum(u * n for u, n in weighted) / samples if samples else None
+            result[f"nvml_util_pct_{phase}"] = util_over_spans(clock_report, spans)
         if clock_report.get("errors") or clock_report.get("error"):
             result["nvml_errors"] = clock_report.get("errors") or clock_report.get("error")
         rec.set(key, result)
