@@ -49,6 +49,11 @@ def test_latency_ab_runs_each_variant_beside_its_own_neighbour_and_daemon(tmp_pa
     for name in ("default", "release"):
         assert 0 < table[name]["gpu_busy_estimate"] and table[name]["neighbour_share_of_idle"] > 0
         assert table[name]["nvml_util_pct"] is not None
+    # The noise beside the differences: the bare reference per round, and
+    # the neighbour alone, last round over first (one round here: 1).
+    assert [set(r) for r in table["alone_bare"]["by_round"]] == [{"p50", "p99"}]
+    assert table["default"]["neighbour_rate_alone_last_over_first"] is None
+    assert "by round, the bare-against-bare noise" in result.stdout
     # The burst setting reached the variant's bursts only, and the logs were kept.
     assert (tmp_path / "latency_ab_logs.tar.gz").stat().st_size > 0
     import tarfile
@@ -61,3 +66,20 @@ def test_latency_ab_runs_each_variant_beside_its_own_neighbour_and_daemon(tmp_pa
     assert len(tokend_logs) == 2, list(logs)
     assert report["variants"]["release"]["tokend_args"] == ["--preempt-handover", "at-release"]
     assert set(Path(tempfile.gettempdir()).glob("latency-ab-*")) == before   # the work folder is gone
+
+
+def test_the_summary_reads_each_setting_beside_the_rounds_noise():
+    """Two rounds: the bare reference by round (bare against bare), and the
+    neighbour's rate alone, the second round's over the first (the noise of
+    its part of the GPU)."""
+    def round_(alone_ms, nb_alone_its, beside_ms):
+        run = lambda its: {"iterations": its, "seconds": 1.0, "burst_seconds": 1.0}  # noqa: E731
+        return {"alone_bare": alone_ms, "neighbour_alone": {"x": run(nb_alone_its)},
+                "beside": {"x": {"latencies_ms": beside_ms, "neighbour": run(450)}}}
+
+    shape = {"rounds": [round_([1.6] * 9 + [1.8], 500, [2.0] * 10), round_([1.7] * 9 + [1.9], 490, [2.1] * 10)]}
+    table = latency_ab.summarise(shape)
+    assert table["alone_bare"]["by_round"] == [{"p50": 1.6, "p99": 1.8}, {"p50": 1.7, "p99": 1.9}]
+    assert table["x"]["neighbour_rate_alone_last_over_first"] == pytest.approx(0.98)
+    assert table["x"]["neighbour_rate_alone"] == pytest.approx(495)
+    assert [r["p50_added_ms"] for r in table["x"]["by_round"]] == pytest.approx([0.4, 0.4])

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +95,6 @@ def util_over_spans(clock_report: dict, spans) -> float | None:
 def archive_logs(work_dir: Path, tar_path: Path) -> Path:
     """The *.log files under work_dir into tar_path (gzip), then work_dir
     removed: what a run leaves is its result and this archive."""
-    import shutil
-    import tarfile
     with tarfile.open(tar_path, "w:gz") as tar:
         for path in sorted(Path(work_dir).rglob("*.log")):
             tar.add(path, arcname=str(path.relative_to(work_dir)))

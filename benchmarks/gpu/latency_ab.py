@@ -78,7 +78,11 @@ def summarise(shape: dict) -> dict:
     variant the GPU-time figures."""
     alone = [x for r in shape["rounds"] for x in r["alone_bare"]]
     a50, a99 = percentiles(alone)["p50"], percentiles(alone)["p99"]
-    table = {"alone_bare": {"p50": a50, "p99": a99, "n": len(alone)}}
+    # Bare against bare: the reference's own round-to-round spread, beside
+    # every difference read against it.
+    table = {"alone_bare": {"p50": a50, "p99": a99, "n": len(alone),
+                            "by_round": [{k: percentiles(r["alone_bare"])[k] for k in ("p50", "p99")}
+                                         for r in shape["rounds"]]}}
     for series in shape["rounds"][0]["beside"]:
         beside = [x for r in shape["rounds"] for x in r["beside"][series]["latencies_ms"]]
         p = percentiles(beside)
@@ -98,7 +102,8 @@ def summarise(shape: dict) -> dict:
                 "alone": [r["neighbour_alone"][series] for r in shape["rounds"]],
                 "beside": [r["beside"][series]["neighbour"] for r in shape["rounds"]]})
             row.update({k: figures[k] for k in ("gpu_busy_estimate", "neighbour_share_of_idle",
-                                                "neighbour_rate_alone", "neighbour_rate_beside")})
+                                                "neighbour_rate_alone", "neighbour_rate_beside",
+                                                "neighbour_rate_alone_last_over_first")})
         table[series] = row
     return table
 
@@ -192,7 +197,9 @@ def print_summary(shape_name: str, table: dict) -> None:
     if not table:
         return
     alone = table["alone_bare"]
-    print(f"{shape_name}: bursts alone bare p50 {alone['p50']:.2f} p99 {alone['p99']:.2f} ms (n={alone['n']})")
+    by_round = "; ".join(f"{r['p50']:.2f}/{r['p99']:.2f}" for r in alone.get("by_round", []))
+    print(f"{shape_name}: bursts alone bare p50 {alone['p50']:.2f} p99 {alone['p99']:.2f} ms (n={alone['n']}; "
+          f"by round, the bare-against-bare noise: {by_round})")
     for series, row in table.items():
         if series == "alone_bare":
             continue
@@ -201,7 +208,9 @@ def print_summary(shape_name: str, table: dict) -> None:
                            + (f" busy {fmt(r.get('gpu_busy_estimate'))}" if 'gpu_busy_estimate' in r else "")
                            for r in row["by_round"])
         print(f"  {series:12s} p50 +{row['p50_added_ms']:.2f} p99 +{row['p99_added_ms']:.2f} ms (n={row['n']}); "
-              f"busy {fmt(row.get('gpu_busy_estimate'))}, neighbour of idle {fmt(row.get('neighbour_share_of_idle'))}, "
+              f"busy {fmt(row.get('gpu_busy_estimate'))} (neighbour alone, last round over first: "
+              f"{fmt(row.get('neighbour_rate_alone_last_over_first'))}), neighbour of idle "
+              f"{fmt(row.get('neighbour_share_of_idle'))}, "
               f"NVML {fmt(row.get('nvml_util_pct'), '.1f')}%; by round: {rounds}", flush=True)
 
 
